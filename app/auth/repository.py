@@ -1,0 +1,101 @@
+"""All SQL touching api_keys."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import ApiKey
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedKey:
+    tenant_id: uuid.UUID
+    key_id: uuid.UUID
+    scopes: tuple[str, ...]
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    tenant_disabled: bool
+
+
+async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
+    """Look a key up by hash before any tenant is known (SECURITY DEFINER function)."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled "
+                "FROM keepmem_resolve_api_key(:h)"
+            ),
+            {"h": key_hash},
+        )
+    ).first()
+    if row is None:
+        return None
+    return ResolvedKey(
+        tenant_id=row.tenant_id,
+        key_id=row.key_id,
+        scopes=tuple(row.scopes),
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+        tenant_disabled=row.tenant_disabled,
+    )
+
+
+async def touch(session: AsyncSession, tenant_id: uuid.UUID, key_id: uuid.UUID) -> None:
+    """Record use, at most once a minute per key, to keep reads cheap."""
+    await session.execute(
+        update(ApiKey)
+        .where(
+            ApiKey.tenant_id == tenant_id,
+            ApiKey.id == key_id,
+            (ApiKey.last_used_at.is_(None))
+            | (ApiKey.last_used_at < text("now() - interval '60 seconds'")),
+        )
+        .values(last_used_at=text("now()"))
+    )
+
+
+async def insert_key(
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    name: str,
+    prefix: str,
+    key_hash: bytes,
+    scopes: Sequence[str],
+    expires_at: datetime | None,
+) -> ApiKey:
+    row = ApiKey(
+        tenant_id=tenant_id,
+        name=name,
+        prefix=prefix,
+        key_hash=key_hash,
+        scopes=list(scopes),
+        expires_at=expires_at,
+    )
+    session.add(row)
+    await session.flush()
+    await session.refresh(row)
+    return row
+
+
+async def list_keys(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
+    result = await session.execute(
+        select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at)
+    )
+    return result.scalars().all()
+
+
+async def revoke(session: AsyncSession, tenant_id: uuid.UUID, key_id: uuid.UUID) -> ApiKey | None:
+    row = await session.scalar(
+        update(ApiKey)
+        .where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id)
+        .values(revoked_at=text("coalesce(revoked_at, now())"))
+        .returning(ApiKey)
+    )
+    return row

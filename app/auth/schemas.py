@@ -1,0 +1,76 @@
+"""Wire schemas for API keys and tenants."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from app.models import ApiKey, Tenant
+
+
+class KeyCreate(BaseModel):
+    name: str = Field(description="What the key is for.", examples=["ci"])
+    scopes: list[str] = Field(
+        default_factory=lambda: ["read", "write"], description="Any of read, write, admin."
+    )
+    expires_at: datetime | None = Field(default=None, description="Optional expiry (ISO-8601).")
+
+
+class KeyOut(BaseModel):
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    prefix: str = Field(description="Visible start of the key, to tell keys apart.")
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ApiKey) -> KeyOut:
+        return cls(
+            id=row.id,
+            tenant_id=row.tenant_id,
+            name=row.name,
+            prefix=row.prefix,
+            scopes=list(row.scopes),
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+            revoked_at=row.revoked_at,
+            last_used_at=row.last_used_at,
+        )
+
+
+class KeyCreated(KeyOut):
+    key: str = Field(description="The full key. Shown once: store it now.")
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]
+
+
+class TenantCreate(BaseModel):
+    name: str = Field(description="Unique tenant name.", examples=["acme"])
+
+
+class TenantOut(BaseModel):
+    id: uuid.UUID
+    name: str
+    created_at: datetime
+    disabled_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Tenant) -> TenantOut:
+        return cls(id=row.id, name=row.name, created_at=row.created_at, disabled_at=row.disabled_at)
+
+
+class TenantCreated(BaseModel):
+    tenant: TenantOut
+    api_key: KeyCreated
+
+
+class TenantList(BaseModel):
+    tenants: list[TenantOut]

@@ -1,0 +1,400 @@
+"""The ``keepmem`` command: up (embedded stack), serve, worker, migrate, admin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.settings import Settings
+
+T = TypeVar("T")
+
+
+def _eprint(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def _print_exports(url: str, key: str | None) -> None:
+    print(f"export KEEPMEM_URL={url}", flush=True)
+    if key:
+        print(f"export KEEPMEM_API_KEY={key}", flush=True)
+    print(
+        "# for the keep CLI: export KEEPNOTES_API_URL=$KEEPMEM_URL "
+        "KEEPNOTES_API_KEY=$KEEPMEM_API_KEY",
+        flush=True,
+    )
+
+
+# -- embedded plumbing shared by `up` and `admin` -----------------------------------
+
+
+class _Embedded:
+    """Start (or attach to) the embedded PostgreSQL of a data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from app.embedded import EmbeddedPostgres
+
+        self.data_dir = data_dir
+        self.pg = EmbeddedPostgres(data_dir)
+
+    def start_database(self, settings: Settings) -> Settings:
+        from app import migrate
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.pg.start()
+        self.pg.ensure_login_role(settings.app_role)
+        owner = self.pg.url("postgres")
+        migrate.upgrade(owner, settings.app_role)
+        return settings.model_copy(
+            update={"database_url": self.pg.url(settings.app_role), "owner_database_url": owner}
+        )
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro_fn()
+
+    return asyncio.run(main())
+
+
+async def _create_tenant(settings: Settings, name: str) -> tuple[str, str]:
+    from app.db import Database
+    from app.tenants import service
+
+    assert settings.secret_key is not None
+    db = Database(settings.database_url or "")
+    try:
+        async with db.system_transaction() as session:
+            new = await service.create_tenant(
+                session,
+                name=name,
+                server_secret=settings.secret_key.get_secret_value(),
+                actor="cli",
+            )
+            return str(new.tenant.id), new.key.secret
+    finally:
+        await db.dispose()
+
+
+async def _tenant_count(settings: Settings) -> int:
+    from app.db import Database
+    from app.tenants import service
+
+    db = Database(settings.database_url or "")
+    try:
+        async with db.system_transaction() as session:
+            return len(await service.list_tenants(session))
+    finally:
+        await db.dispose()
+
+
+# -- up ------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from app.embedded import DataDirLock, EmbeddedError, EmbeddedRedis, load_secrets
+
+    base = Settings()
+    data_dir = Path(args.data_dir or base.data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire()
+    except EmbeddedError as exc:
+        _eprint(f"keepmem: {exc}")
+        return 1
+    t0 = time.monotonic()
+    secrets_ = load_secrets(data_dir, create=True)
+    settings = base.model_copy(
+        update={
+            "secret_key": base.secret_key or _secret(secrets_.secret_key),
+            "admin_token": base.admin_token or _secret(secrets_.admin_token),
+            "data_dir": str(data_dir),
+        }
+    )
+    embedded: _Embedded | None = None
+    redis: EmbeddedRedis | None = None
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        if settings.database_url:
+            from app import migrate
+
+            migrate.upgrade(settings.effective_owner_url or "", settings.app_role)
+        else:
+            embedded = _Embedded(data_dir)
+            settings = embedded.start_database(settings)
+        _eprint(f"keepmem: database ready ({time.monotonic() - t0:.1f}s)")
+        if not settings.redis_url:
+            redis = EmbeddedRedis(data_dir)
+            redis.start()
+            settings = settings.model_copy(update={"redis_url": redis.url})
+        _eprint(f"keepmem: redis ready ({time.monotonic() - t0:.1f}s)")
+        key = None
+        if _run(lambda: _tenant_count(settings)) == 0:
+            _, key = _run(lambda: _create_tenant(settings, "default"))
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "worker"], env={**os.environ, **_env_of(settings)}
+        )
+        return _serve(
+            settings,
+            args.host or settings.host,
+            args.port or settings.port,
+            key=key,
+            started=t0,
+            data_dir=data_dir,
+        )
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        if redis is not None:
+            redis.stop()
+        if embedded is not None:
+            embedded.pg.stop()
+        lock.release()
+        _eprint("keepmem: stopped")
+
+
+def _secret(value: str) -> Any:
+    from pydantic import SecretStr
+
+    return SecretStr(value)
+
+
+def _env_of(settings: Settings) -> dict[str, str]:
+    """Settings as KEEPMEM_* variables, for the worker process."""
+    env: dict[str, str] = {}
+    for name in ("database_url", "owner_database_url", "redis_url", "app_role", "data_dir"):
+        value = getattr(settings, name)
+        if value:
+            env[f"KEEPMEM_{name.upper()}"] = str(value)
+    for name in ("secret_key", "admin_token"):
+        secret = getattr(settings, name)
+        if secret is not None:
+            env[f"KEEPMEM_{name.upper()}"] = secret.get_secret_value()
+    return env
+
+
+def _serve(
+    settings: Settings,
+    host: str,
+    port: int,
+    *,
+    key: str | None = None,
+    started: float | None = None,
+    data_dir: Path | None = None,
+) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    config = uvicorn.Config(
+        create_app(settings), host=host, port=port, log_level="warning", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has no event
+            await asyncio.sleep(0.05)
+        if server.started:
+            if started is not None:
+                _eprint(
+                    f"keepmem: serving on http://{host}:{port} "
+                    f"(ready in {time.monotonic() - started:.1f}s); Ctrl-C stops"
+                )
+            if data_dir is not None:
+                _eprint(f"keepmem: admin token in {data_dir / 'secrets.json'}")
+            _print_exports(f"http://{host}:{port}", key)
+        await task
+
+    asyncio.run(main())
+    return 0 if server.started else 1
+
+
+# -- serve / worker / migrate -------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = Settings()
+    return _serve(settings, args.host or settings.host, args.port or settings.port)
+
+
+def cmd_worker(_: argparse.Namespace) -> int:
+    from worker.__main__ import main
+
+    main()
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from app import migrate
+
+    settings = Settings()
+    url = settings.effective_owner_url
+    if not url:
+        _eprint("keepmem: set KEEPMEM_OWNER_DATABASE_URL (or KEEPMEM_DATABASE_URL)")
+        return 2
+    migrate.upgrade(url, settings.app_role, args.revision)
+    _eprint(f"keepmem: migrated to {args.revision}")
+    return 0
+
+
+# -- admin ----------------------------------------------------------------------------
+
+
+def _admin_settings(args: argparse.Namespace) -> tuple[Settings, _Embedded | None]:
+    """External database when KEEPMEM_DATABASE_URL is set, else the embedded one."""
+    settings = Settings()
+    if settings.database_url:
+        if settings.secret_key is None:
+            raise SystemExit("keepmem: KEEPMEM_SECRET_KEY must be set with KEEPMEM_DATABASE_URL")
+        return settings, None
+    from app.embedded import load_secrets
+
+    data_dir = Path(args.data_dir or settings.data_dir).expanduser().resolve()
+    if not (data_dir / "pg").exists():
+        raise SystemExit(f"keepmem: no embedded stack in {data_dir}; run `keepmem up` first")
+    secrets_ = load_secrets(data_dir, create=False)
+    embedded = _Embedded(data_dir)
+    settings = embedded.start_database(
+        settings.model_copy(update={"secret_key": _secret(secrets_.secret_key)})
+    )
+    return settings, embedded
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    import json
+
+    from app.auth import service as auth_service
+    from app.db import Database
+    from app.tenants import service as tenants
+
+    settings, embedded = _admin_settings(args)
+    try:
+        if args.admin_command == "create-tenant":
+            _, key = _run(lambda: _create_tenant(settings, args.name))
+            _print_exports(args.url or f"http://{settings.host}:{settings.port}", key)
+            return 0
+
+        async def run() -> Any:
+            db = Database(settings.database_url or "")
+            try:
+                async with db.system_transaction() as session:
+                    if args.admin_command == "list-tenants":
+                        rows = await tenants.list_tenants(session)
+                        return [
+                            {
+                                "id": str(t.id),
+                                "name": t.name,
+                                "created_at": t.created_at.isoformat(),
+                            }
+                            for t in rows
+                        ]
+                    tenant = await tenants.get_tenant_by_name(session, args.tenant)
+                    if args.admin_command == "list-keys":
+                        keys = await auth_service.list_keys(session, tenant_id=tenant.id)
+                        return [
+                            {
+                                "id": str(k.id),
+                                "name": k.name,
+                                "prefix": k.prefix,
+                                "scopes": k.scopes,
+                                "revoked": k.revoked_at is not None,
+                            }
+                            for k in keys
+                        ]
+                    if args.admin_command == "create-key":
+                        assert settings.secret_key is not None
+                        new = await auth_service.create_key(
+                            session,
+                            tenant_id=tenant.id,
+                            name=args.name,
+                            scopes=args.scopes.split(","),
+                            expires_at=None,
+                            server_secret=settings.secret_key.get_secret_value(),
+                            actor="cli",
+                        )
+                        return {"id": str(new.row.id), "key": new.secret}
+                    import uuid
+
+                    row = await auth_service.revoke_key(
+                        session, tenant_id=tenant.id, key_id=uuid.UUID(args.key_id), actor="cli"
+                    )
+                    return {"id": str(row.id), "revoked": True}
+            finally:
+                await db.dispose()
+
+        print(json.dumps(_run(run), indent=2))
+        return 0
+    finally:
+        if embedded is not None and embedded.pg.started_here:
+            embedded.pg.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="keepmem", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run the embedded stack: Postgres, Redis, API and worker")
+    up.add_argument("--data-dir", help="where data lives (default .keepmem)")
+    up.add_argument("--host", help="bind address (default 127.0.0.1)")
+    up.add_argument("--port", type=int, help="port (default 8765)")
+    up.set_defaults(func=cmd_up)
+
+    serve = sub.add_parser("serve", help="run the API against KEEPMEM_DATABASE_URL")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    sub.add_parser("worker", help="run an ARQ worker").set_defaults(func=cmd_worker)
+
+    mig = sub.add_parser("migrate", help="apply migrations with the owner URL")
+    mig.add_argument("revision", nargs="?", default="head")
+    mig.set_defaults(func=cmd_migrate)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        help="embedded stack directory (default .keepmem); "
+        "ignored when KEEPMEM_DATABASE_URL is set",
+    )
+    admin = sub.add_parser("admin", help="tenants and keys")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True)
+    ct = admin_sub.add_parser(
+        "create-tenant", parents=[common], help="create a tenant and print its first key"
+    )
+    ct.add_argument("name")
+    ct.add_argument("--url", help="service URL to print in the export line")
+    admin_sub.add_parser("list-tenants", parents=[common])
+    lk = admin_sub.add_parser("list-keys", parents=[common])
+    lk.add_argument("tenant", help="tenant name")
+    ck = admin_sub.add_parser("create-key", parents=[common])
+    ck.add_argument("tenant", help="tenant name")
+    ck.add_argument("--name", default="cli")
+    ck.add_argument("--scopes", default="read,write")
+    rk = admin_sub.add_parser("revoke-key", parents=[common])
+    rk.add_argument("tenant", help="tenant name")
+    rk.add_argument("key_id")
+    admin.set_defaults(func=cmd_admin)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        code = 130
+    raise SystemExit(code)

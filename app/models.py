@@ -1,0 +1,277 @@
+"""ORM rows. These are storage classes only; wire schemas live in each domain.
+
+Every tenant table has ``tenant_id`` leading its primary key, so the schema
+can be distributed by tenant (Citus) and every index is tenant-local.
+Relationships are not declared: repositories write explicit queries.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+TS = DateTime(timezone=True)
+ID_TEXT = Text().with_variant(String(collation="C"), "postgresql")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    disabled_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+        Index("uq_projects_slug", "tenant_id", "slug", unique=True),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    slug: Mapped[str] = mapped_column(Text)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    __table_args__ = (ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    name: Mapped[str] = mapped_column(Text)
+    prefix: Mapped[str] = mapped_column(Text)
+    key_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    expires_at: Mapped[datetime | None] = mapped_column(TS)
+    revoked_at: Mapped[datetime | None] = mapped_column(TS)
+    last_used_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+def _note_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant_id", "project_id", "note_id"],
+        ["notes.tenant_id", "notes.project_id", "notes.id"],
+        ondelete="CASCADE",
+    )
+
+
+class Note(Base):
+    __tablename__ = "notes"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index("ix_notes_updated", "tenant_id", "project_id", "updated_at"),
+        Index("ix_notes_created", "tenant_id", "project_id", "created_at"),
+        Index("ix_notes_accessed", "tenant_id", "project_id", "accessed_at"),
+        Index("ix_notes_fts", "fts", postgresql_using="gin"),
+        Index("ix_notes_tag_index", "tag_index", postgresql_using="gin"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    summary: Mapped[str] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # "key" and "key=value" (casefolded) for every user tag: one GIN index
+    # serves both tag filters and tag-key presence filters.
+    tag_index: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    content_hash: Mapped[str | None] = mapped_column(Text)
+    content_type: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+    accessed_at: Mapped[datetime] = mapped_column(TS)
+    # Original content is kept only while background work still needs it.
+    pending_content: Mapped[str | None] = mapped_column(Text)
+    fts: Mapped[Any] = mapped_column(TSVECTOR)
+
+
+class NoteVersion(Base):
+    __tablename__ = "note_versions"
+    __table_args__ = (_note_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    summary: Mapped[str] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    content_hash: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+    archived_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    fts: Mapped[Any] = mapped_column(TSVECTOR)
+
+
+class Part(Base):
+    __tablename__ = "parts"
+    __table_args__ = (_note_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    part_num: Mapped[int] = mapped_column(Integer, primary_key=True)
+    summary: Mapped[str] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    content_hash: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    fts: Mapped[Any] = mapped_column(TSVECTOR)
+
+
+class Embedding(Base):
+    """A vector for a note, one of its parts or one of its versions.
+
+    ``embedding`` has no fixed dimension; an HNSW index per dimension is a
+    partial expression index (``embedding::vector(N) WHERE dim = N``).
+    """
+
+    __tablename__ = "embeddings"
+    __table_args__ = (_note_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)  # note | part | version
+    ref: Mapped[int] = mapped_column(Integer, primary_key=True)  # part_num / version / 0
+    model: Mapped[str] = mapped_column(Text, primary_key=True)
+    dim: Mapped[int] = mapped_column(Integer)
+    content_hash: Mapped[str | None] = mapped_column(Text)
+    embedding: Mapped[Any] = mapped_column(Vector())
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Edge(Base):
+    __tablename__ = "edges"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index("ix_edges_target", "tenant_id", "project_id", "target_id"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    source_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    predicate: Mapped[str] = mapped_column(Text, primary_key=True)
+    target_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    origin: Mapped[str] = mapped_column(Text)  # tag | graph
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Job(Base):
+    """Job outbox: written in the same transaction as the change that needs it."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index(
+            "ix_jobs_ready",
+            "next_run_at",
+            postgresql_where=text("status = 'pending'"),
+        ),
+        Index("ix_jobs_note", "tenant_id", "project_id", "note_id", "kind"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    kind: Mapped[str] = mapped_column(Text)
+    note_id: Mapped[str | None] = mapped_column(ID_TEXT)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    # pending -> dispatched -> running -> done | pending (retry) | dead ;
+    # superseded when newer work for the same note replaces it.
+    status: Mapped[str] = mapped_column(Text, server_default=text("'pending'"))
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("5"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default=text("5"))
+    next_run_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    claimed_at: Mapped[datetime | None] = mapped_column(TS)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    dead_lettered_at: Mapped[datetime | None] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Change(Base):
+    """Mutation feed behind keep's ``/v1/export/changes``."""
+
+    __tablename__ = "changes"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index("ix_changes_project", "tenant_id", "project_id", "id"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    mutation: Mapped[str] = mapped_column(Text)
+    entity_id: Mapped[str] = mapped_column(ID_TEXT)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class AuditLog(Base):
+    __tablename__ = "audit_log"
+    __table_args__ = (ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    actor: Mapped[str] = mapped_column(Text)
+    action: Mapped[str] = mapped_column(Text)
+    target: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    request_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+TENANT_TABLES = (
+    "projects",
+    "api_keys",
+    "notes",
+    "note_versions",
+    "parts",
+    "embeddings",
+    "edges",
+    "jobs",
+    "changes",
+    "audit_log",
+)

@@ -1,0 +1,325 @@
+"""All SQL touching notes, note_versions and parts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.models import Note, NoteVersion, Part
+
+FTS_CONFIG = "english"
+
+
+def _fts(text_value: str, tag_text: str) -> ColumnElement[Any]:
+    return func.setweight(func.to_tsvector(FTS_CONFIG, tag_text), literal_column("'A'")).op("||")(
+        func.to_tsvector(FTS_CONFIG, text_value)
+    )
+
+
+def _in_scope(scope: Scope) -> ColumnElement[bool]:
+    return and_(Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id)
+
+
+async def get(
+    session: AsyncSession, scope: Scope, note_id: str, *, lock: bool = False
+) -> Note | None:
+    stmt = select(Note).where(_in_scope(scope), Note.id == note_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    return await session.scalar(stmt)
+
+
+async def insert_note(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    values: dict[str, Any],
+    fts_text: str,
+    tag_text: str,
+) -> Note | None:
+    """Insert a new note; None when a concurrent request created it first."""
+    inserted = await session.scalar(
+        pg_insert(Note)
+        .values(
+            tenant_id=scope.tenant_id,
+            project_id=scope.project_id,
+            id=note_id,
+            fts=_fts(fts_text, tag_text),
+            **values,
+        )
+        .on_conflict_do_nothing(index_elements=["tenant_id", "project_id", "id"])
+        .returning(Note.id)
+    )
+    if inserted is None:
+        return None
+    return await get(session, scope, note_id)
+
+
+async def update_note(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    *,
+    values: dict[str, Any],
+    fts_text: str | None = None,
+    tag_text: str | None = None,
+) -> Note:
+    if fts_text is not None and tag_text is not None:
+        values = {**values, "fts": _fts(fts_text, tag_text)}
+    row = await session.scalar(
+        update(Note)
+        .where(_in_scope(scope), Note.id == note_id)
+        .values(**values)
+        .returning(Note)
+        .execution_options(populate_existing=True)
+    )
+    assert row is not None, "update_note on a note that is not there"
+    return row
+
+
+async def delete_note(session: AsyncSession, scope: Scope, note_id: str) -> bool:
+    """Delete a note; its versions, parts and vectors go with it (FK cascade)."""
+    result = await session.execute(
+        delete(Note).where(_in_scope(scope), Note.id == note_id).returning(Note.id)
+    )
+    return result.first() is not None
+
+
+async def touch_accessed(session: AsyncSession, scope: Scope, note_id: str, when: datetime) -> None:
+    await session.execute(
+        update(Note).where(_in_scope(scope), Note.id == note_id).values(accessed_at=when)
+    )
+
+
+async def count(session: AsyncSession, scope: Scope, *, include_hidden: bool = False) -> int:
+    stmt = select(func.count()).select_from(Note).where(_in_scope(scope))
+    if not include_hidden:
+        stmt = stmt.where(~Note.id.startswith(".", autoescape=True))
+    return int(await session.scalar(stmt) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    prefix: str | None = None
+    glob_regex: str | None = None
+    tag_terms: Sequence[str] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    order_by: str = "updated"
+    limit: int = 20
+    offset: int = 0
+    include_hidden: bool = False
+    after: tuple[datetime | str, str] | None = None  # keyset cursor (sort value, id)
+
+
+_ORDER_COLUMNS = {
+    "updated": Note.updated_at,
+    "accessed": Note.accessed_at,
+    "created": Note.created_at,
+}
+
+
+def _list_statement(scope: Scope, q: ListQuery) -> Select[Note]:
+    stmt = select(Note).where(_in_scope(scope))
+    if q.prefix:
+        stmt = stmt.where(Note.id.startswith(q.prefix, autoescape=True))
+    if q.glob_regex:
+        stmt = stmt.where(Note.id.regexp_match(q.glob_regex))
+    if not q.include_hidden:
+        stmt = stmt.where(~Note.id.startswith(".", autoescape=True))
+    if q.tag_terms:
+        stmt = stmt.where(Note.tag_index.contains(list(q.tag_terms)))
+    if q.since is not None:
+        stmt = stmt.where(Note.updated_at >= q.since)
+    if q.until is not None:
+        stmt = stmt.where(Note.updated_at < q.until)
+    if q.order_by == "id":
+        if q.after is not None:
+            stmt = stmt.where(Note.id > q.after[1])
+        return stmt.order_by(Note.id)
+    column = _ORDER_COLUMNS[q.order_by]
+    if q.after is not None:
+        value, after_id = q.after
+        stmt = stmt.where(or_(column < value, and_(column == value, Note.id > after_id)))
+    return stmt.order_by(column.desc(), Note.id)
+
+
+async def list_notes(session: AsyncSession, scope: Scope, q: ListQuery) -> Sequence[Note]:
+    stmt = _list_statement(scope, q).limit(q.limit)
+    if q.offset and q.after is None:
+        stmt = stmt.offset(q.offset)
+    return (await session.execute(stmt)).scalars().all()
+
+
+# -- versions -------------------------------------------------------------
+
+
+async def max_version(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    value = await session.scalar(
+        select(func.max(NoteVersion.version)).where(
+            NoteVersion.tenant_id == scope.tenant_id,
+            NoteVersion.project_id == scope.project_id,
+            NoteVersion.note_id == note_id,
+        )
+    )
+    return int(value or 0)
+
+
+async def archive_current(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    """Copy the note's current state into its history; returns the new version number."""
+    version = await max_version(session, scope, note_id) + 1
+    source = select(
+        Note.tenant_id,
+        Note.project_id,
+        Note.id,
+        literal(version),
+        Note.summary,
+        Note.tags,
+        Note.content_hash,
+        Note.created_at,
+        Note.updated_at,
+        Note.fts,
+    ).where(_in_scope(scope), Note.id == note_id)
+    await session.execute(
+        insert(NoteVersion).from_select(
+            [
+                "tenant_id",
+                "project_id",
+                "note_id",
+                "version",
+                "summary",
+                "tags",
+                "content_hash",
+                "created_at",
+                "updated_at",
+                "fts",
+            ],
+            source,
+        )
+    )
+    return version
+
+
+async def insert_versions(
+    session: AsyncSession, scope: Scope, note_id: str, rows: Sequence[dict[str, Any]]
+) -> None:
+    """Append history rows (already numbered) to a note, e.g. when moving versions."""
+    if not rows:
+        return
+    await session.execute(
+        insert(NoteVersion),
+        [
+            {"tenant_id": scope.tenant_id, "project_id": scope.project_id, "note_id": note_id, **r}
+            for r in rows
+        ],
+    )
+
+
+def _versions_of(scope: Scope, note_id: str) -> ColumnElement[bool]:
+    return and_(
+        NoteVersion.tenant_id == scope.tenant_id,
+        NoteVersion.project_id == scope.project_id,
+        NoteVersion.note_id == note_id,
+    )
+
+
+async def list_versions(
+    session: AsyncSession, scope: Scope, note_id: str, *, limit: int, offset: int = 0
+) -> Sequence[NoteVersion]:
+    """History newest first."""
+    stmt = (
+        select(NoteVersion)
+        .where(_versions_of(scope, note_id))
+        .order_by(NoteVersion.version.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def all_versions(session: AsyncSession, scope: Scope, note_id: str) -> Sequence[NoteVersion]:
+    """History oldest first."""
+    stmt = select(NoteVersion).where(_versions_of(scope, note_id)).order_by(NoteVersion.version)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def count_versions(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    stmt = select(func.count()).select_from(NoteVersion).where(_versions_of(scope, note_id))
+    return int(await session.scalar(stmt) or 0)
+
+
+async def version_at(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    *,
+    newest_offset: int | None = None,
+    oldest_offset: int | None = None,
+) -> NoteVersion | None:
+    """The N-th newest (1 = previous) or N-th oldest (1 = oldest) archived version."""
+    stmt = select(NoteVersion).where(_versions_of(scope, note_id))
+    if newest_offset is not None:
+        stmt = stmt.order_by(NoteVersion.version.desc()).offset(newest_offset - 1)
+    else:
+        stmt = stmt.order_by(NoteVersion.version).offset((oldest_offset or 1) - 1)
+    return await session.scalar(stmt.limit(1))
+
+
+async def delete_versions(
+    session: AsyncSession, scope: Scope, note_id: str, versions: Sequence[int]
+) -> None:
+    if versions:
+        await session.execute(
+            delete(NoteVersion).where(
+                _versions_of(scope, note_id), NoteVersion.version.in_(list(versions))
+            )
+        )
+
+
+# -- parts ----------------------------------------------------------------
+
+
+def _parts_of(scope: Scope, note_id: str) -> ColumnElement[bool]:
+    return and_(
+        Part.tenant_id == scope.tenant_id,
+        Part.project_id == scope.project_id,
+        Part.note_id == note_id,
+    )
+
+
+async def list_parts(session: AsyncSession, scope: Scope, note_id: str) -> Sequence[Part]:
+    stmt = select(Part).where(_parts_of(scope, note_id)).order_by(Part.part_num)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def get_part(session: AsyncSession, scope: Scope, note_id: str, part_num: int) -> Part | None:
+    return await session.scalar(
+        select(Part).where(_parts_of(scope, note_id), Part.part_num == part_num)
+    )
+
+
+async def delete_parts(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    result = await session.execute(
+        delete(Part).where(_parts_of(scope, note_id)).returning(Part.part_num)
+    )
+    return len(result.all())

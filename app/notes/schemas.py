@@ -1,0 +1,105 @@
+"""Wire schemas of the notes API (keep's daemon shapes, KEEP_PROTOCOL §3 and §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.notes.views import ItemView
+
+TagInput = dict[str, Any]
+
+
+class PutRequest(BaseModel):
+    """A note to create or update. ``content`` is required for now; ``uri``
+    names its source (and becomes the id when no id is given)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    content: str | None = Field(default=None, description="The note's text.")
+    uri: str | None = Field(default=None, description="Source URI; the id when `id` is absent.")
+    id: str | None = Field(
+        default=None,
+        description="Note id; inline text without one gets a content-addressed id `%` + 12 hex.",
+    )
+    summary: str | None = Field(
+        default=None, description="Summary to store instead of one derived from the content."
+    )
+    tags: TagInput | None = Field(
+        default=None,
+        description="Tags to add: key -> value or "
+        'list of values; `""` removes a key; `_` keys are ignored.',
+    )
+    created_at: str | None = Field(default=None, description="ISO-8601 creation time override.")
+    force: bool = Field(
+        default=False, description="Re-run processing even if content is unchanged."
+    )
+
+
+class NoteOut(BaseModel):
+    id: str
+    summary: str
+    tags: dict[str, Any]
+    created_at: str
+    updated_at: str
+    changed: bool | None = Field(
+        default=None, description="On put and tag: whether anything changed."
+    )
+    pending: list[str] = Field(
+        default_factory=list, description="Background work still to run for this note."
+    )
+
+    @classmethod
+    def of(cls, view: ItemView) -> NoteOut:
+        return cls(
+            id=view.id,
+            summary=view.summary,
+            tags=view.tags,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
+            changed=view.changed,
+            pending=view.pending,
+        )
+
+
+class NoteList(BaseModel):
+    notes: list[NoteOut]
+    count: int
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page.")
+
+
+class TagRequest(BaseModel):
+    set: TagInput | None = Field(default=None, description='Values to add; `""` removes the key.')
+    remove: list[str] | None = Field(default=None, description="Keys to remove.")
+    remove_values: TagInput | None = Field(default=None, description="Values to remove per key.")
+
+
+class DeleteOut(BaseModel):
+    deleted: str | bool
+    reverted: bool = False
+    note: NoteOut | None = None
+
+
+class MoveRequest(BaseModel):
+    name: str = Field(description="Target note id; created, or extended with history.")
+    source: str = Field(default="now", description="Note to extract versions from.")
+    tags: TagInput | None = Field(default=None, description="Only versions holding these tags.")
+    only_current: bool = Field(default=False, description="Only the current version.")
+
+
+class VersionOut(BaseModel):
+    offset: int = Field(description="1 = previous version; address it as `ID@V{1}`.")
+    summary: str
+    date: str
+    tags: dict[str, Any]
+
+
+class VersionList(BaseModel):
+    versions: list[VersionOut]
+    count: int = Field(description="Number of archived versions in all.")
+
+
+class PartList(BaseModel):
+    parts: list[NoteOut]
+    count: int

@@ -1,0 +1,72 @@
+"""Service configuration: one Settings class, environment prefix ``KEEPMEM_``.
+
+Nothing else in the code base reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything the API, the worker and the CLI can be configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="KEEPMEM_", extra="ignore")
+
+    # The application connects as a non-superuser role so row-level security
+    # applies to it; migrations and role management use the owner URL.
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL the API and worker use (a non-superuser role).",
+    )
+    owner_database_url: str | None = Field(
+        default=None,
+        description="URL of the schema owner, used for migrations and admin maintenance. "
+        "Defaults to database_url.",
+    )
+    app_role: str = Field(default="keepmem_app", description="Login role the app connects as.")
+    app_role_password: SecretStr | None = None
+    redis_url: str | None = None
+
+    secret_key: SecretStr | None = Field(
+        default=None, description="Server secret keying the API-key hashes."
+    )
+    admin_token: SecretStr | None = Field(
+        default=None, description="Bearer credential for the /v1/admin API."
+    )
+
+    data_dir: str = Field(default=".keepmem", description="Embedded stack data directory.")
+    host: str = "127.0.0.1"
+    port: int = 8765
+
+    db_pool_size: int = 10
+    db_max_overflow: int = 10
+
+    # Limits. Request bodies above max_body_bytes are refused with 413 before
+    # they are parsed; content and summary have their own caps.
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_content_chars: int = 1_000_000
+    max_summary_chars: int = 10_000
+    max_summary_length: int = 200
+    max_list_limit: int = 1000
+    max_fts_chars: int = 200_000
+
+    @field_validator("app_role")
+    @classmethod
+    def _role_is_identifier(cls, value: str) -> str:
+        if not value.replace("_", "").isalnum() or not value[0].isalpha():
+            raise ValueError("app_role must be a plain SQL identifier")
+        return value
+
+    @property
+    def effective_owner_url(self) -> str | None:
+        return self.owner_database_url or self.database_url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings read from the environment once per process."""
+    return Settings()

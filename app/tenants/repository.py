@@ -1,0 +1,63 @@
+"""All SQL touching tenants and projects."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import Project, Tenant
+
+
+async def insert_tenant(session: AsyncSession, name: str) -> Tenant | None:
+    """Insert a tenant; None when the name is taken."""
+    tenant_id = await session.scalar(
+        insert(Tenant)
+        .values(name=name)
+        .on_conflict_do_nothing(index_elements=["name"])
+        .returning(Tenant.id)
+    )
+    if tenant_id is None:
+        return None
+    return await session.get(Tenant, tenant_id)
+
+
+async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
+    return (await session.execute(select(Tenant).order_by(Tenant.created_at))).scalars().all()
+
+
+async def get_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant | None:
+    return await session.get(Tenant, tenant_id)
+
+
+async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant | None:
+    return await session.scalar(select(Tenant).where(Tenant.name == name))
+
+
+async def get_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str) -> Project | None:
+    return await session.scalar(
+        select(Project).where(Project.tenant_id == tenant_id, Project.slug == slug)
+    )
+
+
+async def insert_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str) -> Project | None:
+    """Insert a project; None if a concurrent request created it first."""
+    project_id = await session.scalar(
+        insert(Project)
+        .values(tenant_id=tenant_id, slug=slug)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "slug"])
+        .returning(Project.id)
+    )
+    if project_id is None:
+        return None
+    return await session.get(Project, (tenant_id, project_id))
+
+
+async def list_projects(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[Project]:
+    result = await session.execute(
+        select(Project).where(Project.tenant_id == tenant_id).order_by(Project.created_at)
+    )
+    return result.scalars().all()

@@ -1,0 +1,114 @@
+"""Tenants and projects: creation, first-use projects with seeded system notes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.audit import repository as audit
+from app.auth import service as auth_service
+from app.auth.scope import ALL_SCOPES, Scope, mint
+from app.db import set_tenant
+from app.errors import BadRequest, Conflict, NotFound
+from app.models import Project, Tenant
+from app.notes import service as notes_service
+from app.notes.ids import InvalidId, validate_project_slug
+from app.tenants import repository as repo
+
+DEFAULT_PROJECT = "default"
+MAX_TENANT_NAME = 200
+
+
+@dataclass(slots=True)
+class NewTenant:
+    tenant: Tenant
+    key: auth_service.NewKey
+
+
+async def create_tenant(
+    session: AsyncSession, *, name: str, server_secret: str, actor: str = "admin"
+) -> NewTenant:
+    """A tenant, its default project (seeded) and a first read/write/admin key.
+
+    Runs in a system transaction; the key is returned once and never again.
+    """
+    name = name.strip()
+    if not name or len(name) > MAX_TENANT_NAME or not name.isprintable():
+        raise BadRequest(f"tenant name must be 1-{MAX_TENANT_NAME} printable characters")
+    tenant = await repo.insert_tenant(session, name)
+    if tenant is None:
+        raise Conflict(f"a tenant named {name!r} already exists")
+    await set_tenant(session, tenant.id)
+    await resolve_project(session, tenant_id=tenant.id, slug=DEFAULT_PROJECT)
+    key = await auth_service.create_key(
+        session,
+        tenant_id=tenant.id,
+        name="initial",
+        scopes=list(ALL_SCOPES),
+        expires_at=None,
+        server_secret=server_secret,
+        actor=actor,
+    )
+    await audit.record(
+        session,
+        tenant_id=tenant.id,
+        actor=actor,
+        action="tenant.create",
+        target=str(tenant.id),
+        detail={"name": name},
+    )
+    return NewTenant(tenant=tenant, key=key)
+
+
+async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
+    return await repo.list_tenants(session)
+
+
+async def get_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant:
+    tenant = await repo.get_tenant(session, tenant_id)
+    if tenant is None:
+        raise NotFound(f"tenant not found: {tenant_id}")
+    return tenant
+
+
+async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
+    tenant = await repo.get_tenant_by_name(session, name)
+    if tenant is None:
+        raise NotFound(f"tenant not found: {name}")
+    return tenant
+
+
+async def resolve_project(session: AsyncSession, *, tenant_id: uuid.UUID, slug: str) -> Project:
+    """The tenant's project with this slug, created and seeded on first use."""
+    try:
+        validate_project_slug(slug)
+    except InvalidId as exc:
+        raise BadRequest(str(exc)) from exc
+    project = await repo.get_project(session, tenant_id, slug)
+    if project is not None:
+        return project
+    project = await repo.insert_project(session, tenant_id, slug)
+    if project is None:  # created concurrently; it is seeded by its creator
+        project = await repo.get_project(session, tenant_id, slug)
+        assert project is not None
+        return project
+    await notes_service.seed_system_docs(session, project_scope(project))
+    return project
+
+
+def project_scope(
+    project: Project,
+    *,
+    key_id: uuid.UUID | None = None,
+    permissions: frozenset[str] = frozenset(ALL_SCOPES),
+) -> Scope:
+    return mint(
+        tenant_id=project.tenant_id,
+        project_id=project.id,
+        project_slug=project.slug,
+        key_id=key_id,
+        permissions=permissions,
+    )

@@ -1,0 +1,1 @@
+"""ARQ worker: thin task functions that call app services."""
