@@ -232,10 +232,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(_: argparse.Namespace) -> int:
-    from worker.__main__ import main
-
-    main()
-    return 0
+    # The worker is its own program (app never imports worker): replace this process.
+    os.execv(sys.executable, [sys.executable, "-m", "worker"])
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

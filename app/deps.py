@@ -56,7 +56,9 @@ async def unit_of_work(db: Annotated[Database, Depends(get_db)]) -> AsyncIterato
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(unit_of_work)]
+# scope="function": the commit runs when the route returns, before the
+# response is sent; a failed commit becomes a 5xx instead of a false 2xx.
+SessionDep = Annotated[AsyncSession, Depends(unit_of_work, scope="function")]
 
 
 api_key_scheme = HTTPBearer(
@@ -154,7 +156,7 @@ async def system_unit_of_work(
         yield session
 
 
-SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work)]
+SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work, scope="function")]
 
 
 async def optional_scope(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,8 +22,6 @@ from app.health.router import router as health_router
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
 from app.settings import Settings
-
-log = logging.getLogger("keepmem")
 
 _STATUS_CODES = {
     400: "bad_request",
@@ -103,11 +100,6 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         if exc.status_code == 404 and message == "Not Found":
             message = "no such route"
         return _error(exc.status_code, code, message)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error (request_id=%s)", request_id_var.get())
-        return _error(500, "internal_error", "internal server error")
 
     app.include_router(health_router)
     app.include_router(notes_router)

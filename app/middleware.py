@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.context import request_id_var
+
+log = logging.getLogger("keepmem")
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 REQUEST_ID_HEADER = "x-request-id"
@@ -103,6 +106,14 @@ class RequestContextMiddleware:
                         "payload_too_large",
                         f"request body is larger than {self.max_body_bytes} bytes",
                         request_id,
+                    )
+            except Exception:
+                # Last line: anything unexpected (a failed commit included) is
+                # logged with the request id and answered 500 in the one shape.
+                log.exception("unhandled error (request_id=%s)", request_id)
+                if not started:
+                    await send_error(
+                        send, 500, "internal_error", "internal server error", request_id
                     )
         finally:
             request_id_var.reset(token)

