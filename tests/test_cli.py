@@ -1,0 +1,151 @@
+"""`keepmem up` end to end: a fresh data directory, curl-like calls with the
+printed key, a second tenant from `keepmem admin`, clean shutdown, warm restart."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from app.embedded import free_port
+
+CLI = [sys.executable, "-c", "from app.cli import main; main()"]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
+
+
+def _start(data_dir: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str], str]:
+    proc = subprocess.Popen(
+        [*CLI, "up", "--data-dir", str(data_dir), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    exports: dict[str, str] = {}
+    deadline = time.monotonic() + 90
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"keepmem up exited: {proc.stderr.read() if proc.stderr else ''}"
+                )
+            continue
+        if m := re.match(r"export (KEEPMEM_\w+)=(\S+)$", line.strip()):
+            exports[m.group(1)] = m.group(2)
+        if line.startswith("# for the keep CLI"):
+            return proc, exports, line
+    proc.kill()
+    raise AssertionError("keepmem up did not print its exports in time")
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGINT) -> str:
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    proc, exports, hint = _start(data_dir, port)
+    try:
+        url = exports["KEEPMEM_URL"]
+        key = exports["KEEPMEM_API_KEY"]
+        assert url == f"http://127.0.0.1:{port}" and key.startswith("km_")
+        assert "KEEPNOTES_API_URL" in hint and "KEEPNOTES_API_KEY" in hint
+        h = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=url, timeout=30) as c:
+            assert (
+                c.post(
+                    "/v1/notes",
+                    json={"content": "first", "id": "n1", "tags": {"topic": "demo"}},
+                    headers=h,
+                ).status_code
+                == 200
+            )
+            assert (
+                c.post("/v1/notes", json={"content": "second", "id": "n1"}, headers=h).status_code
+                == 200
+            )
+            assert c.get("/v1/notes/n1", headers=h).json()["summary"] == "second"
+            assert c.get("/v1/notes", params={"tag": "topic=demo"}, headers=h).json()["count"] == 1
+            assert (
+                c.patch("/v1/notes/n1/tags", json={"set": {"k": "v"}}, headers=h).json()["tags"][
+                    "k"
+                ]
+                == "v"
+            )
+            assert c.get("/v1/notes/n1/versions", headers=h).json()["count"] == 1
+            assert c.get("/v1/notes/n1@V%7B1%7D", headers=h).json()["summary"] == "first"
+            assert (
+                c.post("/v1/notes", json={"content": "keep me", "id": "n2"}, headers=h).status_code
+                == 200
+            )
+            assert c.delete("/v1/notes/n1", headers=h).json()["deleted"] == "n1"
+            assert c.get("/v1/notes/n1", headers=h).status_code == 404
+
+            # A second tenant, made by the admin CLI against the running stack.
+            out = subprocess.run(
+                [*CLI, "admin", "create-tenant", "second", "--data-dir", str(data_dir)],
+                capture_output=True,
+                text=True,
+                env=_env(),
+                timeout=120,
+                check=True,
+            ).stdout
+            key2 = re.search(r"export KEEPMEM_API_KEY=(\S+)", out)
+            assert key2 is not None
+            h2 = {"Authorization": f"Bearer {key2.group(1)}"}
+            assert c.get("/v1/notes", headers=h2).json()["count"] == 0
+            assert c.get("/v1/notes/n2", headers=h2).status_code == 404
+            assert c.get("/v1/notes/n2", headers=h).status_code == 200
+            assert c.get("/v1/ready").json()["warnings"] == []
+    finally:
+        err = _stop(proc)
+    assert "keepmem: stopped" in err
+    assert not (data_dir / "pg" / "postmaster.pid").exists()
+
+    # Warm restart: the data and the key survive; no new key is printed.
+    proc, exports, _ = _start(data_dir, port)
+    try:
+        assert "KEEPMEM_API_KEY" not in exports
+        with httpx.Client(base_url=exports["KEEPMEM_URL"], timeout=30) as c:
+            r = c.get("/v1/notes/n2", headers=h)
+            assert r.status_code == 200 and r.json()["summary"] == "keep me"
+    finally:
+        _stop(proc)
+
+
+def test_second_up_on_same_data_dir_refuses(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    proc, _, _ = _start(data_dir, free_port())
+    try:
+        second = subprocess.run(
+            [*CLI, "up", "--data-dir", str(data_dir), "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert "another keepmem is running" in second.stderr
+    finally:
+        err = _stop(proc, signal.SIGTERM)
+    assert "keepmem: stopped" in err
+    assert not (data_dir / "pg" / "postmaster.pid").exists()
