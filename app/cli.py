@@ -254,6 +254,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         _eprint("keepmem: set KEEPMEM_OWNER_DATABASE_URL (or KEEPMEM_DATABASE_URL)")
         return 2
     migrate.upgrade(url, settings.app_role, args.revision)
+    if settings.app_role_password is not None:
+        migrate.set_app_login(url, settings.app_role, settings.app_role_password.get_secret_value())
     _eprint(f"keepmem: migrated to {args.revision}")
     return 0
 

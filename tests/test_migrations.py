@@ -61,3 +61,27 @@ def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
         assert "notes" in _tables(stack, name)
     finally:
         stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_migrate_creates_role_that_can_log_in_for_external_postgres(stack: Stack) -> None:
+    name = f"mig_{uuid.uuid4().hex[:8]}"
+    role = f"km_{uuid.uuid4().hex[:8]}"
+    stack.pg.psql(f"CREATE DATABASE {name}")
+    url = stack.pg.url("postgres", database=name)
+    try:
+        migrate.upgrade(url, role)
+        before = stack.pg.psql(f"SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}'")
+        assert before.strip() == "f"
+        migrate.set_app_login(url, role, "s3cret'quote")
+        after = stack.pg.psql(
+            f"SELECT rolcanlogin, rolsuper, rolbypassrls, rolpassword IS NOT NULL "
+            f"FROM pg_authid WHERE rolname = '{role}'"
+        )
+        assert after.strip() == "t|f|f|t"
+        granted = stack.pg.psql(
+            f"SELECT has_table_privilege('{role}', 'notes', 'SELECT')", database=name
+        )
+        assert granted.strip() == "t"
+    finally:
+        stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
+        stack.pg.psql(f"DROP OWNED BY {role}; DROP ROLE {role}")

@@ -33,7 +33,7 @@ def test_value_limits() -> None:
         t.user_tag_changes({"k": "v" * 4097})
     with pytest.raises(t.InvalidTags):
         t.user_tag_changes({"k": [str(i) for i in range(513)]})
-    deletes, adds = t.user_tag_changes({"k": [str(i) for i in range(512)] + ["0", "1"]})
+    _deletes, adds = t.user_tag_changes({"k": [str(i) for i in range(512)] + ["0", "1"]})
     assert len(adds["k"]) == 512
 
 
