@@ -15,6 +15,7 @@ from fastapi import Depends, Header, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import ratelimit
 from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope
 from app.db import Database, set_system, set_tenant
@@ -84,6 +85,7 @@ def server_secret(settings: Settings) -> str:
 
 
 async def current_scope(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     credentials: Credentials,
@@ -95,6 +97,11 @@ async def current_scope(
     """Resolve the API key and the project into the request's tenant scope."""
     resolved = await auth_service.authenticate(
         session, presented=_bearer(credentials), server_secret=server_secret(settings)
+    )
+    await ratelimit.check(
+        request.app.state.redis,
+        key_id=resolved.key_id,
+        limit_per_minute=settings.rate_limit_per_minute,
     )
     await set_tenant(session, resolved.tenant_id)
     await auth_service.record_use(session, resolved)
@@ -160,6 +167,7 @@ SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work, scope="f
 
 
 async def optional_scope(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     credentials: Credentials,
@@ -169,7 +177,7 @@ async def optional_scope(
     if credentials is None:
         return None
     try:
-        return await current_scope(session, settings, credentials, x_project)
+        return await current_scope(request, session, settings, credentials, x_project)
     except (Unauthorized, Forbidden):
         return None
 

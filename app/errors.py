@@ -64,6 +64,9 @@ class TooManyRequests(AppError):
     status_code = 429
     code = "rate_limited"
 
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, headers=headers)
+
 
 class ServiceUnavailable(AppError):
     status_code = 503

@@ -46,8 +46,10 @@ def set_app_login(owner_url: str, app_role: str, password: str) -> None:
         try:
             async with engine.begin() as conn:
                 statement = await conn.scalar(
-                    text("SELECT format('ALTER ROLE %I LOGIN NOSUPERUSER NOBYPASSRLS "
-                         "PASSWORD %L', CAST(:role AS text), CAST(:pw AS text))"),
+                    text(
+                        "SELECT format('ALTER ROLE %I LOGIN NOSUPERUSER NOBYPASSRLS "
+                        "PASSWORD %L', CAST(:role AS text), CAST(:pw AS text))"
+                    ),
                     {"role": app_role, "pw": password},
                 )
                 await conn.execute(text(str(statement)))

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     max_summary_length: int = 200
     max_list_limit: int = 1000
     max_fts_chars: int = 200_000
+    rate_limit_per_minute: int = Field(
+        default=1200, description="Requests per minute per API key; 0 disables."
+    )
 
     @field_validator("app_role")
     @classmethod

@@ -20,6 +20,8 @@ ROUTES = [
     ("GET", "/v1/notes/secret/parts", None),
     ("POST", "/v1/move", {"name": "elsewhere", "source": "secret"}),
     ("GET", "/v1/keys", None),
+    ("POST", "/v1/keys", {"name": "x"}),
+    ("DELETE", "/v1/keys/00000000-0000-0000-0000-000000000000", None),
 ]
 
 
@@ -49,7 +51,11 @@ async def test_bad_key_is_401(client, method, url, body) -> None:
 
 @pytest.mark.parametrize(
     "method, url, body",
-    [r for r in ROUTES if (r[1] != "/v1/keys" and r[0] != "POST") or r[1] == "/v1/move"],
+    [
+        r
+        for r in ROUTES
+        if (not r[1].startswith("/v1/keys") and r[0] != "POST") or r[1] == "/v1/move"
+    ],
 )
 async def test_other_tenant_gets_404(
     client, tenant: Tenant, other_tenant: Tenant, method, url, body

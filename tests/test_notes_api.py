@@ -349,3 +349,31 @@ async def test_parts_listing_and_missing_part(client, tenant) -> None:
     assert r.status_code == 404
     r = await client.get(path("nodoc") + "/parts", headers=tenant.headers)
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "method, url, kwargs, status",
+    [
+        ("GET", "/v1/notes/bad%3Bid", {}, 400),
+        ("GET", "/v1/notes/ok/versions", {"params": {"limit": 0}}, 422),
+        ("GET", "/v1/notes/ok/versions", {"params": {"offset": -1}}, 422),
+        ("GET", "/v1/notes/bad%3Bid/parts", {}, 400),
+        ("PATCH", "/v1/notes/ok/tags", {"json": {"set": "not-a-map"}}, 422),
+        ("PATCH", "/v1/notes/ok/tags", {"json": {"remove_values": {"k": {"x": 1}}}}, 400),
+        ("DELETE", "/v1/notes/bad%3Bid", {}, 400),
+        ("DELETE", "/v1/notes/ok", {"params": {"delete_versions": "maybe"}}, 422),
+        ("POST", "/v1/move", {"json": {"source": "ok"}}, 422),
+        ("POST", "/v1/move", {"json": {"name": "", "source": "ok"}}, 400),
+        ("POST", "/v1/move", {"json": {"name": "ok", "source": "ok"}}, 400),
+        ("GET", "/v1/notes", {"params": {"tag": "no-equals-sign"}}, 400),
+        ("GET", "/v1/notes", {"params": {"tag": "9bad=v"}}, 400),
+        ("POST", "/v1/keys", {"json": {"name": "x", "scopes": []}}, 400),
+        ("DELETE", "/v1/keys/not-a-uuid", {}, 422),
+    ],
+)
+async def test_every_route_rejects_bad_input(client, tenant, method, url, kwargs, status) -> None:
+    await put(client, tenant, content="fine", id="ok")
+    r = await client.request(method, url, headers=tenant.headers, **kwargs)
+    assert r.status_code == status, r.text
+    assert r.json()["error"] and r.json()["request_id"]
+    assert (await client.get(path("ok"), headers=tenant.headers)).json()["summary"] == "fine"
