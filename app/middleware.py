@@ -62,15 +62,10 @@ class RequestContextMiddleware:
                 scope = dict(scope)
                 scope["path"] = raw_path.split(b"?", 1)[0].decode("latin-1")
 
+            too_large = f"request body is larger than {self.max_body_bytes} bytes"
             declared = headers.get(b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                await send_error(
-                    send,
-                    413,
-                    "payload_too_large",
-                    f"request body is larger than {self.max_body_bytes} bytes",
-                    request_id,
-                )
+                await send_error(send, 413, "payload_too_large", too_large, request_id)
                 return
 
             received = 0
@@ -100,13 +95,7 @@ class RequestContextMiddleware:
                 await self.app(scope, limited_receive, send_with_id)
             except _TooLarge:
                 if not started:
-                    await send_error(
-                        send,
-                        413,
-                        "payload_too_large",
-                        f"request body is larger than {self.max_body_bytes} bytes",
-                        request_id,
-                    )
+                    await send_error(send, 413, "payload_too_large", too_large, request_id)
             except Exception:
                 # Last line: anything unexpected (a failed commit included) is
                 # logged with the request id and answered 500 in the one shape.

@@ -28,17 +28,7 @@ async def enqueue(
     the end and finds, by the note's content hash, that it is stale.
     """
     if note_id is not None:
-        await session.execute(
-            update(Job)
-            .where(
-                Job.tenant_id == scope.tenant_id,
-                Job.project_id == scope.project_id,
-                Job.note_id == note_id,
-                Job.kind == kind.value,
-                Job.status == JobStatus.PENDING.value,
-            )
-            .values(status=JobStatus.SUPERSEDED.value, updated_at=func.now())
-        )
+        await cancel_for_note(session, scope, note_id, kind=kind)
     job_id = await session.scalar(
         insert(Job)
         .values(
@@ -55,18 +45,19 @@ async def enqueue(
     return int(job_id)
 
 
-async def cancel_for_note(session: AsyncSession, scope: Scope, note_id: str) -> None:
-    """Pending work for a deleted note is superseded, never run."""
-    await session.execute(
-        update(Job)
-        .where(
-            Job.tenant_id == scope.tenant_id,
-            Job.project_id == scope.project_id,
-            Job.note_id == note_id,
-            Job.status == JobStatus.PENDING.value,
-        )
-        .values(status=JobStatus.SUPERSEDED.value, updated_at=func.now())
+async def cancel_for_note(
+    session: AsyncSession, scope: Scope, note_id: str, *, kind: JobKind | None = None
+) -> None:
+    """Supersede a note's pending work (of one kind, or all of it, when the note goes)."""
+    stmt = update(Job).where(
+        Job.tenant_id == scope.tenant_id,
+        Job.project_id == scope.project_id,
+        Job.note_id == note_id,
+        Job.status == JobStatus.PENDING.value,
     )
+    if kind is not None:
+        stmt = stmt.where(Job.kind == kind.value)
+    await session.execute(stmt.values(status=JobStatus.SUPERSEDED.value, updated_at=func.now()))
 
 
 async def open_kinds_by_note(

@@ -358,14 +358,22 @@ async def _create_now(session: AsyncSession, scope: Scope, note_id: str) -> Note
         user = note_id.split(":", 1)[1]
         body = f"# Now ({user})\n\nWorking context."
         tags["user"] = user
-    await _write(
+    await _write_text(session, scope, note_id=note_id, body=body, tags=tags)
+    return await repo.get(session, scope, note_id)
+
+
+async def _write_text(
+    session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
+) -> ItemView:
+    """A server-made note whose summary is its whole text (``now``, system notes)."""
+    return await _write(
         session,
         scope,
         note_id=note_id,
         content=body,
         summary=body,
         deletes=set(),
-        adds={k: [v] for k, v in tags.items()},
+        adds={k: [v] for k, v in tags.items() if not k.startswith("_")},
         created_override=None,
         force=False,
         source="inline",
@@ -373,7 +381,6 @@ async def _create_now(session: AsyncSession, scope: Scope, note_id: str) -> Note
         uri=None,
         limits=Limits(),
     )
-    return await repo.get(session, scope, note_id)
 
 
 # -- list ---------------------------------------------------------------------
@@ -802,22 +809,7 @@ async def parts(session: AsyncSession, scope: Scope, *, raw_id: str) -> list[Ite
 async def seed_system_docs(session: AsyncSession, scope: Scope) -> int:
     """Write the bundled system notes into a new project."""
     for doc in SYSTEM_DOCS:
-        user = {k: [v] for k, v in doc.tags.items() if not k.startswith("_")}
-        await _write(
-            session,
-            scope,
-            note_id=doc.id,
-            content=doc.body,
-            summary=doc.body,
-            deletes=set(),
-            adds=user,
-            created_override=None,
-            force=False,
-            source="inline",
-            content_type="text/markdown",
-            uri=None,
-            limits=Limits(),
-        )
+        await _write_text(session, scope, note_id=doc.id, body=doc.body, tags=doc.tags)
         system = {k: v for k, v in doc.tags.items() if k.startswith("_")}
         if system:
             note = await repo.get(session, scope, doc.id)
