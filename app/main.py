@@ -19,8 +19,12 @@ from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError
 from app.health.router import router as health_router
+from app.jobs.router import router as jobs_router
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
+from app.providers.embedding.base import QueryCache
+from app.providers.factory import make_embedder
+from app.search.router import router as search_router
 from app.settings import Settings
 
 _STATUS_CODES = {
@@ -62,9 +66,13 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         own_db = db is None
         app.state.db = db if db is not None else Database.from_settings(settings)
         app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+        # Query embeddings run in-process (the model loads on first use).
+        app.state.embedder = make_embedder(settings)
+        app.state.query_cache = QueryCache()
         try:
             yield
         finally:
+            await app.state.embedder.aclose()
             if app.state.redis is not None:
                 await app.state.redis.aclose()
             if own_db:
@@ -103,6 +111,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
 
     app.include_router(health_router)
     app.include_router(notes_router)
+    app.include_router(search_router)
+    app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(admin_router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -96,7 +96,7 @@ class RequestContextMiddleware:
             except _TooLarge:
                 if not started:
                     await send_error(send, 413, "payload_too_large", too_large, request_id)
-            except Exception:
+            except Exception:  # last resort: logged, answered 500
                 # Last line: anything unexpected (a failed commit included) is
                 # logged with the request id and answered 500 in the one shape.
                 log.exception("unhandled error (request_id=%s)", request_id)

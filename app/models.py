@@ -227,6 +227,10 @@ class Job(Base):
     dead_lettered_at: Mapped[datetime | None] = mapped_column(TS)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    claim_token: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(TS)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    finished_at: Mapped[datetime | None] = mapped_column(TS)
 
 
 class Change(Base):

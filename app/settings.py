@@ -57,6 +57,39 @@ class Settings(BaseSettings):
         default=1200, description="Requests per minute per API key; 0 disables."
     )
 
+    # Providers. Offline defaults: MiniLM embeddings and extractive summaries.
+    embedding_provider: str = Field(
+        default="local", description="local | openai | voyage | gemini | mistral"
+    )
+    embedding_model: str = ""
+    embedding_dim: int = 0
+    embedding_api_key: SecretStr | None = None
+    embedding_base_url: str = ""
+    embedding_threads: int = 2
+    embedding_batch_size: int = 32
+    summarization_provider: str = Field(
+        default="extractive",
+        description="passthrough | truncate | first_paragraph | extractive | openai | anthropic",
+    )
+    summarization_model: str = ""
+    summarization_api_key: SecretStr | None = None
+    summarization_base_url: str = ""
+    summary_context_notes: int = 5
+    part_target_chars: int = 1200
+    analyze_min_chars: int = 300
+
+    # Background jobs.
+    job_max_attempts: int = 5
+    job_backoff_base_seconds: float = 30.0
+    job_backoff_max_seconds: float = 3600.0
+    job_lease_seconds: float = 120.0
+    job_dispatch_timeout_seconds: float = 120.0
+    job_timeout_seconds: int = 900
+    dispatch_poll_seconds: float = 0.5
+    dispatch_max_inflight: int = 32
+    worker_concurrency: int = 8
+    reconcile_interval_seconds: float = 300.0
+
     @field_validator("app_role")
     @classmethod
     def _role_is_identifier(cls, value: str) -> str:

@@ -19,6 +19,11 @@ from app import migrate
 from app.db import Database
 from app.embedded import EmbeddedPostgres, EmbeddedRedis
 from app.main import create_app
+from app.pipeline.runner import Pipeline
+from app.providers.embedding.base import Embedder, QueryCache
+from app.providers.embedding.base import registry as embedders
+from app.providers.summarization.base import Summarizer
+from app.providers.summarization.base import registry as summarizers
 from app.settings import Settings
 from app.tenants import service as tenants
 
@@ -125,3 +130,46 @@ async def other_tenant(make_tenant: MakeTenant) -> Tenant:
 @pytest.fixture
 def client(app_client: httpx.AsyncClient) -> httpx.AsyncClient:
     return app_client
+
+
+@pytest.fixture(scope="session")
+async def minilm() -> AsyncIterator[Embedder]:
+    embedder = embedders.create("local")
+    yield embedder
+    await embedder.aclose()
+
+
+@pytest.fixture
+def make_pipeline(db: Database, settings: Settings, minilm: Embedder) -> Callable[..., Pipeline]:
+    def make(summarizer: Summarizer | None = None, **overrides: object) -> Pipeline:
+        return Pipeline(
+            db=db,
+            settings=settings.model_copy(update=overrides),
+            embedder=minilm,
+            summarizer=summarizer or summarizers.create("extractive"),
+            query_cache=QueryCache(),
+        )
+
+    return make
+
+
+@dataclass
+class FreshDatabase:
+    name: str
+    owner_url: str
+    app_url: str
+
+
+@pytest.fixture
+def fresh_database(stack: Stack) -> Iterator[FreshDatabase]:
+    """A database of its own, for tests that look at every tenant's jobs."""
+    name = f"iso_{uuid.uuid4().hex[:10]}"
+    stack.pg.psql(f"CREATE DATABASE {name}")
+    owner = stack.pg.url("postgres", database=name)
+    migrate.upgrade(owner, APP_ROLE)
+    try:
+        yield FreshDatabase(
+            name=name, owner_url=owner, app_url=stack.pg.url(APP_ROLE, database=name)
+        )
+    finally:
+        stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")

@@ -377,3 +377,11 @@ async def test_every_route_rejects_bad_input(client, tenant, method, url, kwargs
     assert r.status_code == status, r.text
     assert r.json()["error"] and r.json()["request_id"]
     assert (await client.get(path("ok"), headers=tenant.headers)).json()["summary"] == "fine"
+
+
+async def test_same_content_keeps_an_explicit_summary(client, tenant) -> None:
+    await put(client, tenant, content="body text", id="s", summary="my summary")
+    again = await put(client, tenant, content="body text", id="s", tags={"a": "b"})
+    assert again["summary"] == "my summary"
+    changed = await put(client, tenant, content="body text", id="s", summary="better")
+    assert changed["summary"] == "better" and changed["changed"] is True

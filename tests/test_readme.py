@@ -15,6 +15,7 @@ def test_readme_opens_with_run_and_test_commands() -> None:
     assert text.index("```") < text.index("## ")  # before any section
     lines = [line for line in first_block.group(1).splitlines() if line.strip()]
     assert len(lines) == 2
-    assert "keepmem up" in lines[0]
-    assert "pytest" in lines[1]
+    assert lines == ["make up", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "keepmem up" in makefile and "pytest" in makefile
     assert "README.md" in (ROOT / ".ci" / "run").read_text()

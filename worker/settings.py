@@ -1,38 +1,61 @@
-"""ARQ ``WorkerSettings``: a ``ctx`` built at startup with the database and settings.
+"""ARQ ``WorkerSettings``: a ``ctx`` built at startup with the pipeline, and the
+outbox dispatcher running beside the job loop.
 
-Task functions take ids only and call app services; the background pipeline
-(outbox dispatch, embed, summarize, analyze) registers its tasks here.
+Task functions take ids only and call app services.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import uuid
 from typing import Any
 
 from arq.connections import RedisSettings
 
 from app.db import Database
-from app.settings import Settings, get_settings
+from app.health import repository as health
+from app.pipeline import dispatcher, runner
+from app.providers.embedding.base import QueryCache
+from app.providers.factory import make_embedder, make_summarizer
+from app.settings import get_settings
 
 
 async def startup(ctx: dict[str, Any]) -> None:
-    settings: Settings = get_settings()
-    ctx["settings"] = settings
-    ctx["db"] = Database.from_settings(settings)
+    settings = get_settings()
+    pipeline = runner.Pipeline(
+        db=Database.from_settings(settings),
+        settings=settings,
+        embedder=make_embedder(settings),
+        summarizer=make_summarizer(settings),
+        query_cache=QueryCache(),
+    )
+    ctx["pipeline"] = pipeline
+    ctx["dispatcher"] = asyncio.create_task(dispatcher.loop(pipeline, ctx["redis"]))
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
-    db: Database | None = ctx.get("db")
-    if db is not None:
-        await db.dispose()
+    task = ctx.get("dispatcher")
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    pipeline: runner.Pipeline | None = ctx.get("pipeline")
+    if pipeline is not None:
+        await pipeline.aclose()
+        await pipeline.db.dispose()
+
+
+async def run_job(ctx: dict[str, Any], tenant_id: str, job_id: int) -> str:
+    """Run one outbox job (retries and dead letters are recorded on its row)."""
+    return await runner.run(ctx["pipeline"], uuid.UUID(tenant_id), job_id)
 
 
 async def ping(ctx: dict[str, Any]) -> str:
-    """Round trip through the queue and the database; used by readiness checks."""
-    from app.health import repository
-
-    db: Database = ctx["db"]
+    """Round trip through the queue and the database."""
+    db: Database = ctx["pipeline"].db
     async with db.transaction() as session:
-        await repository.ping(session)
+        await health.ping(session)
     return "pong"
 
 
@@ -44,9 +67,12 @@ def redis_settings() -> RedisSettings:
 
 
 class WorkerSettings:
-    functions = [ping]
+    functions = [run_job, ping]
     on_startup = startup
     on_shutdown = shutdown
-    queue_name = "keepmem:queue"
+    queue_name = dispatcher.QUEUE
     handle_signals = True
-    max_jobs = 10
+    max_jobs = get_settings().worker_concurrency
+    job_timeout = get_settings().job_timeout_seconds
+    keep_result = 60
+    max_tries = 1  # retries belong to the outbox, not to ARQ

@@ -10,6 +10,11 @@ class JobKind(StrEnum):
     SUMMARIZE = "summarize"
     ANALYZE = "analyze"
     REINDEX = "reindex"
+    TASK = "task"  # keep's task delegation (/v1/tasks): work on content sent with the task
+
+
+#: Kinds that read a note's held content; it is let go when none remain open.
+CONTENT_KINDS = ("embed", "summarize", "analyze")
 
 
 class JobStatus(StrEnum):

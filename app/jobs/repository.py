@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -83,3 +84,360 @@ async def open_kinds_by_note(
         if note_id is not None:
             out.setdefault(note_id, []).append(kind)
     return out
+
+
+# -- dispatch (system context: every tenant's jobs) ----------------------------------
+
+_OPEN = (JobStatus.PENDING.value, JobStatus.DISPATCHED.value, JobStatus.RUNNING.value)
+
+
+async def inflight(session: AsyncSession) -> int:
+    return int(
+        await session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.status.in_([JobStatus.DISPATCHED.value, JobStatus.RUNNING.value]))
+        )
+        or 0
+    )
+
+
+async def take_ready_fairly(session: AsyncSession, *, slots: int) -> list[Job]:
+    """Lock up to ``slots`` ready jobs, spread evenly over the tenants that have any.
+
+    Each tenant with ready work gets ``ceil(slots / tenants)`` of its oldest
+    highest-priority jobs, so one tenant's import cannot starve another's put.
+    Rows locked by another dispatcher are skipped.
+    """
+    if slots <= 0:
+        return []
+    # Tenants with ready work, those waiting longest first, at most one per slot.
+    tenants = (
+        (
+            await session.execute(
+                select(Job.tenant_id)
+                .where(Job.status == JobStatus.PENDING.value, Job.next_run_at <= func.now())
+                .group_by(Job.tenant_id)
+                .order_by(func.min(Job.next_run_at))
+                .limit(slots)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not tenants:
+        return []
+    taken: list[Job] = []
+    hungry = list(tenants)
+    # Rounds: an even share each; what a tenant cannot use goes to the others.
+    while hungry and len(taken) < slots:
+        share = max(1, -(-(slots - len(taken)) // len(hungry)))
+        still_hungry = []
+        for tenant_id in hungry:
+            stmt = (
+                select(Job)
+                .where(
+                    Job.tenant_id == tenant_id,
+                    Job.status == JobStatus.PENDING.value,
+                    Job.next_run_at <= func.now(),
+                )
+                .order_by(Job.priority, Job.id)
+                .limit(share)
+                .with_for_update(skip_locked=True)
+            )
+            mine = [j.id for j in taken if j.tenant_id == tenant_id]
+            if mine:
+                stmt = stmt.where(Job.id.not_in(mine))
+            rows = list((await session.execute(stmt)).scalars())
+            taken.extend(rows)
+            if len(rows) == share:
+                still_hungry.append(tenant_id)
+        hungry = still_hungry
+    # Interleave tenants so the queue itself is fair, then cap.
+    seen: dict[uuid.UUID, int] = {}
+    ranked = []
+    for job in sorted(taken, key=lambda j: (j.priority, j.id)):
+        seen[job.tenant_id] = seen.get(job.tenant_id, -1) + 1
+        ranked.append((seen[job.tenant_id], job.priority, job.id, job))
+    ranked.sort(key=lambda r: r[:3])
+    return [r[3] for r in ranked[:slots]]
+
+
+async def mark_dispatched(session: AsyncSession, jobs: Sequence[Job]) -> None:
+    for job in jobs:
+        await session.execute(
+            update(Job)
+            .where(Job.tenant_id == job.tenant_id, Job.id == job.id)
+            .values(
+                status=JobStatus.DISPATCHED.value, heartbeat_at=func.now(), updated_at=func.now()
+            )
+        )
+
+
+async def sweep_stale(
+    session: AsyncSession, *, lease_seconds: float, dispatch_timeout_seconds: float
+) -> int:
+    """Put back jobs whose worker stopped heart-beating, or that never reached one."""
+    result = await session.execute(
+        update(Job)
+        .where(
+            or_(
+                and_(
+                    Job.status == JobStatus.RUNNING.value,
+                    Job.heartbeat_at < func.now() - _seconds(lease_seconds),
+                ),
+                and_(
+                    Job.status == JobStatus.DISPATCHED.value,
+                    Job.heartbeat_at < func.now() - _seconds(dispatch_timeout_seconds),
+                ),
+            )
+        )
+        .values(
+            status=JobStatus.PENDING.value,
+            claim_token=None,
+            next_run_at=func.now(),
+            updated_at=func.now(),
+        )
+        .returning(Job.id)
+    )
+    return len(result.all())
+
+
+def _seconds(value: float) -> Any:
+    return func.make_interval(0, 0, 0, 0, 0, 0, value)
+
+
+# -- one job's life (tenant context) ---------------------------------------------------
+
+
+async def claim(
+    session: AsyncSession, tenant_id: uuid.UUID, job_id: int, token: uuid.UUID
+) -> Job | None:
+    """Take a job for this worker run; None if it is not ours to run."""
+    return await session.scalar(
+        update(Job)
+        .where(
+            Job.tenant_id == tenant_id,
+            Job.id == job_id,
+            or_(
+                Job.status == JobStatus.DISPATCHED.value,
+                and_(Job.status == JobStatus.PENDING.value, Job.next_run_at <= func.now()),
+            ),
+        )
+        .values(
+            status=JobStatus.RUNNING.value,
+            claim_token=token,
+            attempts=Job.attempts + 1,
+            heartbeat_at=func.now(),
+            claimed_at=func.now(),
+            updated_at=func.now(),
+        )
+        .returning(Job)
+    )
+
+
+async def heartbeat(
+    session: AsyncSession, tenant_id: uuid.UUID, job_id: int, token: uuid.UUID
+) -> bool:
+    result = await session.execute(
+        update(Job)
+        .where(
+            Job.tenant_id == tenant_id,
+            Job.id == job_id,
+            Job.claim_token == token,
+            Job.status == JobStatus.RUNNING.value,
+        )
+        .values(heartbeat_at=func.now())
+        .returning(Job.id)
+    )
+    return result.first() is not None
+
+
+async def finish(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    job_id: int,
+    token: uuid.UUID,
+    *,
+    result: dict[str, Any] | None,
+) -> bool:
+    """Mark done, only if this run still holds the claim. Content a job carried
+    (``payload.content``) is dropped: it is not kept past the work that needed it."""
+    done = await session.execute(
+        update(Job)
+        .where(
+            Job.tenant_id == tenant_id,
+            Job.id == job_id,
+            Job.claim_token == token,
+            Job.status == JobStatus.RUNNING.value,
+        )
+        .values(
+            status=JobStatus.DONE.value,
+            result=result,
+            finished_at=func.now(),
+            last_error=None,
+            updated_at=func.now(),
+            payload=Job.payload.op("-")("content"),
+        )
+        .returning(Job.id)
+    )
+    return done.first() is not None
+
+
+async def fail(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    job_id: int,
+    token: uuid.UUID,
+    *,
+    error: str,
+    retry_in_seconds: float | None,
+) -> bool:
+    """Schedule a retry, or dead-letter when ``retry_in_seconds`` is None."""
+    values: dict[str, Any] = {
+        "last_error": error[:4000],
+        "claim_token": None,
+        "updated_at": func.now(),
+    }
+    if retry_in_seconds is None:
+        values.update(
+            status=JobStatus.DEAD.value, dead_lettered_at=func.now(), finished_at=func.now()
+        )
+    else:
+        values.update(
+            status=JobStatus.PENDING.value, next_run_at=func.now() + _seconds(retry_in_seconds)
+        )
+    result = await session.execute(
+        update(Job)
+        .where(
+            Job.tenant_id == tenant_id,
+            Job.id == job_id,
+            Job.claim_token == token,
+            Job.status == JobStatus.RUNNING.value,
+        )
+        .values(**values)
+        .returning(Job.id)
+    )
+    return result.first() is not None
+
+
+async def get(session: AsyncSession, scope: Scope, job_id: int) -> Job | None:
+    return await session.scalar(
+        select(Job).where(
+            Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id, Job.id == job_id
+        )
+    )
+
+
+async def get_any(session: AsyncSession, tenant_id: uuid.UUID, job_id: int) -> Job | None:
+    return await session.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.id == job_id))
+
+
+async def list_jobs(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    status: str | None,
+    kind: str | None,
+    note_id: str | None,
+    limit: int,
+    before_id: int | None,
+) -> Sequence[Job]:
+    stmt = select(Job).where(Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id)
+    if status:
+        stmt = stmt.where(Job.status == status)
+    if kind:
+        stmt = stmt.where(Job.kind == kind)
+    if note_id:
+        stmt = stmt.where(Job.note_id == note_id)
+    if before_id is not None:
+        stmt = stmt.where(Job.id < before_id)
+    return (await session.execute(stmt.order_by(Job.id.desc()).limit(limit))).scalars().all()
+
+
+async def requeue(session: AsyncSession, scope: Scope, job_id: int) -> Job | None:
+    """A dead job back to pending with fresh attempts."""
+    return await session.scalar(
+        update(Job)
+        .where(
+            Job.tenant_id == scope.tenant_id,
+            Job.project_id == scope.project_id,
+            Job.id == job_id,
+            Job.status == JobStatus.DEAD.value,
+        )
+        .values(
+            status=JobStatus.PENDING.value,
+            attempts=0,
+            next_run_at=func.now(),
+            dead_lettered_at=None,
+            finished_at=None,
+            updated_at=func.now(),
+        )
+        .returning(Job)
+    )
+
+
+async def delete_job(session: AsyncSession, scope: Scope, job_id: int) -> bool:
+    result = await session.execute(
+        delete(Job)
+        .where(
+            Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id, Job.id == job_id
+        )
+        .returning(Job.id)
+    )
+    return result.first() is not None
+
+
+async def other_open_jobs(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    *,
+    kinds: Sequence[str],
+    excluding: int,
+) -> int:
+    return int(
+        await session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(
+                Job.tenant_id == scope.tenant_id,
+                Job.project_id == scope.project_id,
+                Job.note_id == note_id,
+                Job.kind.in_(list(kinds)),
+                Job.status.in_(_OPEN),
+                Job.id != excluding,
+            )
+        )
+        or 0
+    )
+
+
+async def has_open(session: AsyncSession, scope: Scope, note_id: str, kind: str) -> bool:
+    return bool(
+        await session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(
+                Job.tenant_id == scope.tenant_id,
+                Job.project_id == scope.project_id,
+                Job.note_id == note_id,
+                Job.kind == kind,
+                Job.status.in_(_OPEN),
+            )
+        )
+    )
+
+
+async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:
+    return int(
+        await session.scalar(
+            select(func.count(func.distinct(Job.note_id))).where(
+                Job.tenant_id == scope.tenant_id,
+                Job.project_id == scope.project_id,
+                Job.kind.in_(list(kinds)),
+                Job.status.in_(_OPEN),
+            )
+        )
+        or 0
+    )

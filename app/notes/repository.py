@@ -322,3 +322,43 @@ async def delete_parts(session: AsyncSession, scope: Scope, note_id: str) -> int
         delete(Part).where(_parts_of(scope, note_id)).returning(Part.part_num)
     )
     return len(result.all())
+
+
+async def insert_parts(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    parts: Sequence[tuple[int, str, dict[str, Any], str, str]],
+) -> None:
+    """Insert parts as (part_num, summary, tags, content_hash, text for full text)."""
+    for part_num, summary, tags, content_hash, fts_text in parts:
+        await session.execute(
+            insert(Part).values(
+                tenant_id=scope.tenant_id,
+                project_id=scope.project_id,
+                note_id=note_id,
+                part_num=part_num,
+                summary=summary,
+                tags=tags,
+                content_hash=content_hash,
+                fts=func.to_tsvector(FTS_CONFIG, fts_text),
+            )
+        )
+
+
+async def sharing_tags(
+    session: AsyncSession, scope: Scope, *, terms: Sequence[str], exclude: str, limit: int
+) -> Sequence[Note]:
+    """Visible notes holding at least one of these ``key=value`` tag terms."""
+    stmt = (
+        select(Note)
+        .where(
+            _in_scope(scope),
+            Note.id != exclude,
+            ~Note.id.startswith(".", autoescape=True),
+            Note.tag_index.overlap(list(terms)),
+        )
+        .order_by(Note.updated_at.desc())
+        .limit(limit)
+    )
+    return (await session.execute(stmt)).scalars().all()

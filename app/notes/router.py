@@ -10,6 +10,7 @@ from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import BadRequest
 from app.notes import service
 from app.notes.schemas import (
+    AnalyzeRequest,
     DeleteOut,
     MoveRequest,
     NoteList,
@@ -42,6 +43,7 @@ async def put_note(
             tags=body.tags,
             created_at=body.created_at,
             force=body.force,
+            analyze=body.analyze,
         ),
         limits=limits,
     )
@@ -191,5 +193,27 @@ async def move_versions(body: MoveRequest, scope: WriteScope, session: SessionDe
         source=body.source,
         tags=body.tags,
         only_current=body.only_current,
+    )
+    return NoteOut.of(view)
+
+
+@router.post(
+    "/notes/{note_id}/analyze",
+    response_model=NoteOut,
+    status_code=202,
+    summary="Split a note into parts",
+)
+async def analyze_note(
+    note_id: NoteIdDep,
+    scope: WriteScope,
+    session: SessionDep,
+    limits: LimitsDep,
+    body: AnalyzeRequest | None = None,
+) -> NoteOut:
+    """Queue analysis: the note's text is split into parts (`ID@P{N}`), each
+    with its own summary and embedding. Send `content` once keepmem no longer
+    holds the note's text (409 says so)."""
+    view = await service.request_analysis(
+        session, scope, raw_id=note_id, content=body.content if body else None, limits=limits
     )
     return NoteOut.of(view)

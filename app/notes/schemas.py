@@ -35,6 +35,7 @@ class PutRequest(BaseModel):
     force: bool = Field(
         default=False, description="Re-run processing even if content is unchanged."
     )
+    analyze: bool = Field(default=False, description="Also split the note into parts.")
 
 
 class NoteOut(BaseModel):
@@ -103,3 +104,10 @@ class VersionList(BaseModel):
 class PartList(BaseModel):
     parts: list[NoteOut]
     count: int
+
+
+class AnalyzeRequest(BaseModel):
+    content: str | None = Field(
+        default=None,
+        description="The note's text; needed once keepmem no longer holds it.",
+    )

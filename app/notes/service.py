@@ -19,7 +19,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.errors import BadRequest, NotFound, PayloadTooLarge, Unprocessable
+from app.embeddings import repository as vectors
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
 from app.feed import repository as feed
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -86,6 +87,7 @@ class PutInput:
     created_at: str | None = None
     force: bool = False
     content_type: str | None = None
+    analyze: bool = False
 
 
 async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits) -> ItemView:
@@ -131,7 +133,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
             created_override = parse_timestamp(data.created_at)
         except ValueError as exc:
             raise BadRequest(f"invalid created_at {data.created_at!r}: use ISO-8601") from exc
-    return await _write(
+    view = await _write(
         session,
         scope,
         note_id=note_id,
@@ -146,6 +148,19 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
         uri=data.uri,
         limits=limits,
     )
+    if data.analyze and not is_system_id(note_id):
+        # Hold the content for the analysis even when it did not change.
+        await repo.update_note(session, scope, note_id, values={"pending_content": content})
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=JobKind.ANALYZE,
+            note_id=note_id,
+            priority=7,
+            payload={"content_hash": _hash(content)},
+        )
+        view.pending = sorted({*view.pending, JobKind.ANALYZE.value})
+    return view
 
 
 async def _write(
@@ -168,6 +183,7 @@ async def _write(
     system_note = is_system_id(note_id)
     content_hash = _hash(content)
     needs_summary = False
+    explicit_summary = summary is not None
     if summary is None:
         if system_note or len(content) <= limits.max_summary_length:
             summary = content
@@ -225,7 +241,12 @@ async def _write(
         else:
             await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
             queued = await _enqueue_processing(
-                session, scope, note_id, system_note=system_note, needs_summary=needs_summary
+                session,
+                scope,
+                note_id,
+                system_note=system_note,
+                needs_summary=needs_summary,
+                content_hash=content_hash,
             )
             return note_view(inserted, changed=True, pending=queued)
 
@@ -236,6 +257,7 @@ async def _write(
         values["created_at"] = created_override
     if content_changed:
         version = await repo.archive_current(session, scope, note_id)
+        await vectors.archive_note_vectors(session, scope, note_id, version)
         await feed.record(
             session,
             scope,
@@ -243,6 +265,7 @@ async def _write(
             entity_id=note_id,
             payload={"version": version},
         )
+        await vectors.delete_for_note(session, scope, note_id, kind="part")
         if await repo.delete_parts(session, scope, note_id):
             await feed.record(session, scope, mutation="part_delete", entity_id=note_id)
         values.update(
@@ -257,7 +280,8 @@ async def _write(
     else:
         # Same content: tags (and an explicit summary) update in place.
         values["tags"] = {**split_system(existing.tags)[1], **user_tags}
-        if summary is not None and not needs_summary and summary != existing.summary:
+        # The same content keeps its summary unless a new one is given.
+        if explicit_summary and summary != existing.summary:
             values["summary"] = summary
         if tags_changed or "summary" in values:
             values["updated_at"] = now
@@ -275,7 +299,12 @@ async def _write(
     pending: list[str] = []
     if content_changed or force:
         pending = await _enqueue_processing(
-            session, scope, note_id, system_note=system_note, needs_summary=needs_summary
+            session,
+            scope,
+            note_id,
+            system_note=system_note,
+            needs_summary=needs_summary,
+            content_hash=content_hash,
         )
     if changed:
         await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
@@ -284,7 +313,13 @@ async def _write(
 
 
 async def _enqueue_processing(
-    session: AsyncSession, scope: Scope, note_id: str, *, system_note: bool, needs_summary: bool
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    *,
+    system_note: bool,
+    needs_summary: bool,
+    content_hash: str,
 ) -> list[str]:
     """Outbox rows for the work a write causes, in the write's own transaction."""
     if system_note:
@@ -293,7 +328,9 @@ async def _enqueue_processing(
     if needs_summary:
         kinds.append(JobKind.SUMMARIZE)
     for kind in kinds:
-        await jobs.enqueue(session, scope, kind=kind, note_id=note_id)
+        await jobs.enqueue(
+            session, scope, kind=kind, note_id=note_id, payload={"content_hash": content_hash}
+        )
     return [k.value for k in kinds]
 
 
@@ -571,7 +608,19 @@ async def tag(
         tag_text=_tag_text(note_id, new_user),
     )
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
-    return note_view(note, changed=True)
+    pending: list[str] = []
+    if note.pending_content is not None and note.summary != note.pending_content:
+        # Summaries may depend on tags (related notes as context): redo it. The
+        # current summary stays until the new one is ready.
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=JobKind.SUMMARIZE,
+            note_id=note_id,
+            payload={"content_hash": note.content_hash},
+        )
+        pending.append(JobKind.SUMMARIZE.value)
+    return note_view(note, changed=True, pending=pending)
 
 
 # -- delete / revert ----------------------------------------------------------
@@ -614,8 +663,10 @@ async def delete(
                     "fts": previous.fts,
                 },
             )
+            await vectors.restore_version_vectors(session, scope, note_id, previous.version)
             await repo.delete_versions(session, scope, note_id, [previous.version])
             await repo.delete_parts(session, scope, note_id)
+            await vectors.delete_for_note(session, scope, note_id, kind="part")
             await jobs.cancel_for_note(session, scope, note_id)
             await feed.record(session, scope, mutation="version_delete", entity_id=note_id)
             await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
@@ -816,3 +867,31 @@ async def seed_system_docs(session: AsyncSession, scope: Scope) -> int:
             assert note is not None
             await repo.update_note(session, scope, doc.id, values={"tags": {**note.tags, **system}})
     return len(SYSTEM_DOCS)
+
+
+async def request_analysis(
+    session: AsyncSession, scope: Scope, *, raw_id: str, content: str | None, limits: Limits
+) -> ItemView:
+    """Queue splitting a note into parts. Uses ``content`` when given, else the
+    content still held for the note's pending work."""
+    note_id = _id(raw_id)
+    note = await repo.get(session, scope, note_id)
+    if note is None:
+        raise NotFound(f"note not found: {raw_id}")
+    if content is not None and len(content) > limits.max_content_chars:
+        raise PayloadTooLarge(
+            f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
+        )
+    if content is None and note.pending_content is None:
+        raise Conflict(
+            "the note's content is no longer held (keepmem keeps only summaries): "
+            "send the content with the analyze request"
+        )
+    payload: dict[str, Any] = (
+        {"content": content} if content is not None else {"content_hash": note.content_hash}
+    )
+    await jobs.enqueue(
+        session, scope, kind=JobKind.ANALYZE, note_id=note_id, payload=payload, priority=7
+    )
+    open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
+    return note_view(note, pending=open_jobs.get(note_id, []))

@@ -1,0 +1,222 @@
+"""All SQL touching embeddings."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, func, literal_column, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.models import Embedding, Job, Note
+
+INDEXED_DIMS = (384,)  # dimensions with an HNSW partial index (migration 0001)
+
+
+def _of_note(scope: Scope, note_id: str) -> Any:
+    return and_(
+        Embedding.tenant_id == scope.tenant_id,
+        Embedding.project_id == scope.project_id,
+        Embedding.note_id == note_id,
+    )
+
+
+async def upsert(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    kind: str,
+    ref: int,
+    model: str,
+    content_hash: str,
+    vector: Sequence[float],
+) -> None:
+    stmt = insert(Embedding).values(
+        tenant_id=scope.tenant_id,
+        project_id=scope.project_id,
+        note_id=note_id,
+        kind=kind,
+        ref=ref,
+        model=model,
+        dim=len(vector),
+        content_hash=content_hash,
+        embedding=list(vector),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["tenant_id", "project_id", "note_id", "kind", "ref", "model"],
+        set_={
+            "embedding": stmt.excluded.embedding,
+            "dim": stmt.excluded.dim,
+            "content_hash": stmt.excluded.content_hash,
+            "created_at": func.now(),
+        },
+    )
+    await session.execute(stmt)
+
+
+async def vector_for_hash(
+    session: AsyncSession, tenant_id: uuid.UUID, model: str, content_hash: str
+) -> list[float] | None:
+    """An existing vector of the same text and model in this tenant (dedup)."""
+    value = await session.scalar(
+        select(Embedding.embedding)
+        .where(
+            Embedding.tenant_id == tenant_id,
+            Embedding.model == model,
+            Embedding.content_hash == content_hash,
+        )
+        .limit(1)
+    )
+    return None if value is None else [float(x) for x in value]
+
+
+async def vector_of(
+    session: AsyncSession, scope: Scope, note_id: str, model: str
+) -> list[float] | None:
+    value = await session.scalar(
+        select(Embedding.embedding).where(
+            _of_note(scope, note_id), Embedding.kind == "note", Embedding.model == model
+        )
+    )
+    return None if value is None else [float(x) for x in value]
+
+
+async def delete_for_note(
+    session: AsyncSession, scope: Scope, note_id: str, *, kind: str | None = None
+) -> None:
+    stmt = delete(Embedding).where(_of_note(scope, note_id))
+    if kind is not None:
+        stmt = stmt.where(Embedding.kind == kind)
+    await session.execute(stmt)
+
+
+async def archive_note_vectors(
+    session: AsyncSession, scope: Scope, note_id: str, version: int
+) -> None:
+    """The current vectors become the vectors of the version just archived."""
+    await session.execute(
+        update(Embedding)
+        .where(_of_note(scope, note_id), Embedding.kind == "note")
+        .values(kind="version", ref=version)
+    )
+
+
+async def restore_version_vectors(
+    session: AsyncSession, scope: Scope, note_id: str, version: int
+) -> None:
+    await delete_for_note(session, scope, note_id, kind="note")
+    await session.execute(
+        update(Embedding)
+        .where(_of_note(scope, note_id), Embedding.kind == "version", Embedding.ref == version)
+        .values(kind="note", ref=0)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    note_id: str
+    kind: str
+    ref: int
+    score: float
+
+
+async def nearest(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    vector: Sequence[float],
+    model: str,
+    limit: int,
+    kinds: Sequence[str] = ("note",),
+    include_hidden: bool = False,
+    exclude_ids: Sequence[str] = (),
+) -> list[Neighbour]:
+    """Cosine nearest neighbours among this project's vectors of one model."""
+    dim = len(vector)
+    literal = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+    if dim in INDEXED_DIMS:
+        column: Any = literal_column(f"embeddings.embedding::vector({dim})")
+        query_vec: Any = text(f"CAST(:qv AS vector({dim}))").bindparams(qv=literal)
+    else:
+        column = Embedding.embedding
+        query_vec = text("CAST(:qv AS vector)").bindparams(qv=literal)
+    distance = column.op("<=>")(query_vec)
+    stmt = (
+        select(Embedding.note_id, Embedding.kind, Embedding.ref, distance.label("d"))
+        .where(
+            Embedding.tenant_id == scope.tenant_id,
+            Embedding.project_id == scope.project_id,
+            Embedding.model == model,
+            Embedding.dim == dim,
+            Embedding.kind.in_(list(kinds)),
+        )
+        .order_by(distance)
+        .limit(limit)
+    )
+    if not include_hidden:
+        stmt = stmt.where(~Embedding.note_id.startswith(".", autoescape=True))
+    if exclude_ids:
+        stmt = stmt.where(Embedding.note_id.not_in(list(exclude_ids)))
+    rows = (await session.execute(stmt)).all()
+    return [Neighbour(r.note_id, r.kind, r.ref, 1.0 - float(r.d)) for r in rows]
+
+
+async def notes_missing_model(
+    session: AsyncSession, *, model: str, limit: int
+) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+    """User notes (any tenant; system context) with no vector of ``model`` and no
+    embedding work already on its way."""
+    has_vector = (
+        select(Embedding.note_id)
+        .where(
+            Embedding.tenant_id == Note.tenant_id,
+            Embedding.project_id == Note.project_id,
+            Embedding.note_id == Note.id,
+            Embedding.kind == "note",
+            Embedding.model == model,
+        )
+        .exists()
+    )
+    has_job = (
+        select(Job.id)
+        .where(
+            Job.tenant_id == Note.tenant_id,
+            Job.project_id == Note.project_id,
+            Job.note_id == Note.id,
+            Job.kind.in_(["embed", "reindex"]),
+            Job.status.in_(["pending", "dispatched", "running"]),
+        )
+        .exists()
+    )
+    missing = (
+        select(Note.tenant_id, Note.project_id, Note.id)
+        .where(~Note.id.startswith(".", autoescape=True), ~has_vector, ~has_job)
+        .limit(limit)
+    )
+    return [(r[0], r[1], r[2]) for r in (await session.execute(missing)).all()]
+
+
+async def vectors_of(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str], model: str
+) -> dict[str, list[float]]:
+    if not note_ids:
+        return {}
+    rows = await session.execute(
+        select(Embedding.note_id, Embedding.embedding).where(
+            Embedding.tenant_id == scope.tenant_id,
+            Embedding.project_id == scope.project_id,
+            Embedding.note_id.in_(list(note_ids)),
+            Embedding.kind == "note",
+            Embedding.model == model,
+        )
+    )
+    return {r[0]: [float(x) for x in r[1]] for r in rows}
+
+
+async def models_in_use(session: AsyncSession) -> list[str]:
+    return list((await session.execute(select(Embedding.model).distinct())).scalars())

@@ -1,0 +1,102 @@
+"""Jobs as users see them: list, inspect, retry; and keep's task delegation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from app.jobs import repository as repo
+from app.jobs.kinds import JobKind, JobStatus
+from app.models import Job
+
+TASK_TYPES = ("summarize", "analyze")
+
+
+async def list_jobs(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    status: str | None,
+    kind: str | None,
+    note_id: str | None,
+    limit: int,
+    before_id: int | None,
+) -> Sequence[Job]:
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise BadRequest(f"status must be one of {', '.join(s.value for s in JobStatus)}")
+    if kind is not None and kind not in {k.value for k in JobKind}:
+        raise BadRequest(f"kind must be one of {', '.join(k.value for k in JobKind)}")
+    if not 1 <= limit <= 500:
+        raise BadRequest("limit must be between 1 and 500")
+    return await repo.list_jobs(
+        session, scope, status=status, kind=kind, note_id=note_id, limit=limit, before_id=before_id
+    )
+
+
+async def get_job(session: AsyncSession, scope: Scope, *, job_id: int) -> Job:
+    job = await repo.get(session, scope, job_id)
+    if job is None:
+        raise NotFound(f"job not found: {job_id}")
+    return job
+
+
+async def retry_job(session: AsyncSession, scope: Scope, *, job_id: int) -> Job:
+    """Put a dead-lettered job back in the queue with fresh attempts."""
+    job = await get_job(session, scope, job_id=job_id)
+    if job.status != JobStatus.DEAD.value:
+        raise Conflict(f"job {job_id} is {job.status}; only dead jobs can be retried")
+    requeued = await repo.requeue(session, scope, job_id)
+    assert requeued is not None
+    return requeued
+
+
+async def create_task(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    task_type: str,
+    content: str,
+    metadata: dict[str, Any] | None,
+    max_chars: int,
+) -> int:
+    """keep's ``POST /v1/tasks``: work on content sent by a local keep."""
+    if task_type not in TASK_TYPES:
+        raise BadRequest(f"task_type must be one of {', '.join(TASK_TYPES)}")
+    if not content.strip():
+        raise BadRequest("content is empty")
+    if len(content) > max_chars:
+        raise PayloadTooLarge(f"content is {len(content)} characters; the limit is {max_chars}")
+    return await repo.enqueue(
+        session,
+        scope,
+        kind=JobKind.TASK,
+        note_id=None,
+        payload={"task_type": task_type, "content": content, "metadata": metadata or {}},
+    )
+
+
+def task_status(job: Job) -> str:
+    return {
+        JobStatus.PENDING.value: "queued",
+        JobStatus.DISPATCHED.value: "queued",
+        JobStatus.RUNNING.value: "processing",
+        JobStatus.DONE.value: "completed",
+        JobStatus.DEAD.value: "failed",
+        JobStatus.SUPERSEDED.value: "failed",
+    }[job.status]
+
+
+async def get_task(session: AsyncSession, scope: Scope, *, task_id: int) -> Job:
+    job = await repo.get(session, scope, task_id)
+    if job is None or job.kind != JobKind.TASK.value:
+        raise NotFound(f"task not found: {task_id}")
+    return job
+
+
+async def delete_task(session: AsyncSession, scope: Scope, *, task_id: int) -> None:
+    await get_task(session, scope, task_id=task_id)
+    await repo.delete_job(session, scope, task_id)

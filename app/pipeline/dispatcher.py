@@ -1,0 +1,95 @@
+"""Outbox -> ARQ. Runs inside every worker; ``SKIP LOCKED`` keeps them apart.
+
+Each round: put back stale claims (a worker died), then move ready jobs to
+Redis, fairly across tenants and never more than ``dispatch_max_inflight`` at
+once, so jobs wait in Postgres (where fairness is decided), not in Redis. The
+ARQ enqueue happens inside the transaction that marks rows dispatched: if
+Redis is down the transaction rolls back and the rows simply wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from app.auth.scope import scope_for_job
+from app.embeddings import repository as vectors
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
+from app.pipeline.runner import Pipeline
+
+log = logging.getLogger("keepmem.dispatcher")
+
+QUEUE = "keepmem:queue"
+TASK = "run_job"
+
+
+async def sweep(pipeline: Pipeline) -> int:
+    settings = pipeline.settings
+    async with pipeline.db.system_transaction() as session:
+        return await jobs.sweep_stale(
+            session,
+            lease_seconds=settings.job_lease_seconds,
+            dispatch_timeout_seconds=settings.job_dispatch_timeout_seconds,
+        )
+
+
+async def dispatch(pipeline: Pipeline, redis: Any) -> int:
+    async with pipeline.db.system_transaction() as session:
+        slots = pipeline.settings.dispatch_max_inflight - await jobs.inflight(session)
+        ready = await jobs.take_ready_fairly(session, slots=slots)
+        for job in ready:
+            await redis.enqueue_job(
+                TASK,
+                str(job.tenant_id),
+                job.id,
+                _job_id=f"{job.tenant_id}:{job.id}:{uuid.uuid4().hex[:12]}",
+                _queue_name=QUEUE,
+            )
+        await jobs.mark_dispatched(session, ready)
+    return len(ready)
+
+
+async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
+    """Queue a reindex for notes with no vector of the current model (a model
+    change, or vectors lost): search only uses the current model's vectors, so
+    a change of model never mixes spaces."""
+    model = pipeline.embedder.model_id
+    async with pipeline.db.system_transaction() as session:
+        missing = await vectors.notes_missing_model(session, model=model, limit=limit)
+        for tenant_id, project_id, note_id in missing:
+            await jobs.enqueue(
+                session,
+                scope_for_job(tenant_id, project_id),
+                kind=JobKind.REINDEX,
+                note_id=note_id,
+                priority=8,
+            )
+    return len(missing)
+
+
+async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = None) -> None:
+    """Sweep and dispatch until cancelled; errors are logged and retried."""
+    settings = pipeline.settings
+    next_reconcile = time.monotonic() + 5.0
+    while stop is None or not stop.is_set():
+        moved = 0
+        try:
+            await sweep(pipeline)
+            moved = await dispatch(pipeline, redis)
+            if time.monotonic() >= next_reconcile:
+                next_reconcile = time.monotonic() + settings.reconcile_interval_seconds
+                queued = await reconcile(pipeline)
+                if queued:
+                    log.info(
+                        "queued %d reindex jobs for model %s", queued, pipeline.embedder.model_id
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Redis or DB down: rows wait, we retry
+            log.warning("dispatch round failed (will retry): %s: %s", type(exc).__name__, exc)
+        if moved == 0:
+            await asyncio.sleep(settings.dispatch_poll_seconds)

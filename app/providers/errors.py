@@ -1,0 +1,26 @@
+"""Provider failures, split by what the job pipeline should do about them."""
+
+from __future__ import annotations
+
+
+class ProviderError(Exception):
+    """Base class. ``permanent`` failures are dead-lettered at once."""
+
+    permanent = False
+
+
+class TransientError(ProviderError):
+    """Worth retrying later: timeouts, 429, 5xx, connection errors."""
+
+
+class PermanentError(ProviderError):
+    """Retrying cannot help: bad input, nothing to process, 4xx, bad config."""
+
+    permanent = True
+
+
+class MissingDependency(PermanentError):
+    def __init__(self, provider: str, package: str, extra: str = "") -> None:
+        hint = f"pip install {package}" + (f" ({extra})" if extra else "")
+        super().__init__(f"provider {provider!r} needs the package {package!r}: {hint}")
+        self.package = package

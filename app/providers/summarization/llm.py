@@ -1,0 +1,124 @@
+"""LLM summarizers: OpenAI-compatible chat completions and Anthropic messages.
+
+Both do keep's contextual summarization: related notes (sharing the note's
+user tags, ranked by similarity) are given to the model as context, so the
+summary says what is new or specific about this note.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.providers.errors import PermanentError
+from app.providers.http import client, post_json
+from app.providers.summarization.base import RelatedNote
+from app.providers.summarization.local import cut
+
+SYSTEM = (
+    "You write the summary line of a note in an agent's memory. Reply with the summary "
+    "only: plain text, no preamble, at most {max_chars} characters. Keep names, numbers, "
+    "dates and decisions. When related notes are given, say what this note adds to them."
+)
+
+
+def prompt(text: str, context: Sequence[RelatedNote]) -> str:
+    parts = []
+    if context:
+        parts.append("Related notes already in memory:")
+        parts.extend(f"- [{n.id}] {n.summary}" for n in context)
+        parts.append("")
+    parts.append("Note to summarize:")
+    parts.append(text)
+    return "\n".join(parts)
+
+
+class _LLM:
+    uses_context = True
+    vendor = "llm"
+    default_base = ""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str = "",
+        base_url: str = "",
+        timeout: float = 120.0,
+        max_input_chars: int = 60_000,
+        **_: Any,
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.base_url = (base_url or self.default_base).rstrip("/")
+        self.max_input_chars = max_input_chars
+        self.name = f"{self.vendor}:{model}"
+        self._client = client(timeout)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _complete(self, system: str, user: str, max_tokens: int) -> str:
+        raise NotImplementedError
+
+    async def summarize(
+        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
+    ) -> str:
+        system = SYSTEM.format(max_chars=max_chars)
+        reply = await self._complete(
+            system, prompt(text[: self.max_input_chars], context), max(64, max_chars // 2)
+        )
+        reply = reply.strip()
+        if not reply:
+            raise PermanentError(f"{self.vendor}: empty summary")
+        return cut(reply, max_chars)
+
+
+class OpenAISummarizer(_LLM):
+    vendor = "openai"
+    default_base = "https://api.openai.com/v1"
+
+    async def _complete(self, system: str, user: str, max_tokens: int) -> str:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        body = await post_json(
+            self._client,
+            f"{self.base_url}/chat/completions",
+            json={
+                "model": self.model,
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user},
+                ],
+                "max_tokens": max_tokens,
+                "temperature": 0.2,
+            },
+            headers=headers,
+            vendor=self.vendor,
+        )
+        try:
+            return str(body["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError) as exc:
+            raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
+
+
+class AnthropicSummarizer(_LLM):
+    vendor = "anthropic"
+    default_base = "https://api.anthropic.com"
+
+    async def _complete(self, system: str, user: str, max_tokens: int) -> str:
+        body = await post_json(
+            self._client,
+            f"{self.base_url}/v1/messages",
+            json={
+                "model": self.model,
+                "max_tokens": max_tokens,
+                "system": system,
+                "messages": [{"role": "user", "content": user}],
+            },
+            headers={"x-api-key": self.api_key, "anthropic-version": "2023-06-01"},
+            vendor=self.vendor,
+        )
+        blocks = body.get("content")
+        if not isinstance(blocks, list):
+            raise PermanentError(f"anthropic: unexpected response {body!r:.200}")
+        return "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
