@@ -89,6 +89,7 @@ class Settings(BaseSettings):
     dispatch_max_inflight: int = 32
     worker_concurrency: int = 8
     reconcile_interval_seconds: float = 300.0
+    queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
 
     @field_validator("app_role")
     @classmethod

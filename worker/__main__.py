@@ -1,17 +1,47 @@
-"""``python -m worker``: run an ARQ worker with keepmem's settings."""
+"""``python -m worker``: run an ARQ worker with keepmem's settings.
+
+When Redis goes away the ARQ worker stops with a connection error; nothing is
+lost (jobs wait in the Postgres outbox), so we wait and start it again.
+SIGTERM / SIGINT end it for good.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
+import time
 
 from arq.worker import run_worker
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.settings import WorkerSettings, redis_settings
+
+log = logging.getLogger("keepmem.worker")
 
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    run_worker(WorkerSettings, redis_settings=redis_settings())  # type: ignore[arg-type]
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        raise KeyboardInterrupt
+
+    while not stopping:
+        try:
+            run_worker(WorkerSettings, redis_settings=redis_settings())  # type: ignore[arg-type]
+            return  # a signal ended the worker cleanly
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.warning("redis unavailable (%s); restarting the worker in 2 s", exc)
+            # Between runs no ARQ handler is installed: make signals end the wait.
+            signal.signal(signal.SIGTERM, stop)
+            signal.signal(signal.SIGINT, stop)
+            try:
+                time.sleep(2)
+            except KeyboardInterrupt:
+                return
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ class WorkerSettings:
     functions = [run_job, ping]
     on_startup = startup
     on_shutdown = shutdown
-    queue_name = dispatcher.QUEUE
+    queue_name = get_settings().queue_name
     handle_signals = True
     max_jobs = get_settings().worker_concurrency
     job_timeout = get_settings().job_timeout_seconds

@@ -23,7 +23,6 @@ from app.pipeline.runner import Pipeline
 
 log = logging.getLogger("keepmem.dispatcher")
 
-QUEUE = "keepmem:queue"
 TASK = "run_job"
 
 
@@ -47,7 +46,7 @@ async def dispatch(pipeline: Pipeline, redis: Any) -> int:
                 str(job.tenant_id),
                 job.id,
                 _job_id=f"{job.tenant_id}:{job.id}:{uuid.uuid4().hex[:12]}",
-                _queue_name=QUEUE,
+                _queue_name=pipeline.settings.queue_name,
             )
         await jobs.mark_dispatched(session, ready)
     return len(ready)
