@@ -116,6 +116,14 @@ def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
             assert c.get("/v1/notes/n2", headers=h2).status_code == 404
             assert c.get("/v1/notes/n2", headers=h).status_code == 200
             assert c.get("/v1/ready").json()["warnings"] == []
+
+            # The stack's worker embeds the notes in the background.
+            deadline = time.monotonic() + 60
+            while c.get("/v1/notes/n2", headers=h).json()["pending"]:
+                assert time.monotonic() < deadline, "worker did not process the note"
+                time.sleep(0.2)
+            found = c.post("/v1/search", json={"query": "retain this"}, headers=h).json()
+            assert found["notes"][0]["id"] == "n2"
     finally:
         err = _stop(proc)
     assert "keepmem: stopped" in err
