@@ -1,0 +1,158 @@
+"""Pipeline benchmark: put -> embedded, against raw model throughput.
+
+    .venv/bin/python -m bench.pipeline [--notes 2000] [--rate 20] [--seconds 30]
+
+1. Raw throughput of the embedding model (MiniLM, onnxruntime) on the same
+   texts in this process: the ceiling.
+2. Bulk: a worker running, N LoCoMo turns put over HTTP at concurrency 8;
+   notes/s from the first put to the last note embedded, and its ratio to (1).
+3. Steady load: puts paced at --rate per second for --seconds; put
+   acknowledgement latency and put -> embedded latency, p50 / p95.
+4. Resident memory of the worker and API processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+import psutil
+
+from app.providers.embedding.minilm import MiniLMEncoder
+from bench.common import locomo_turns, machine, pct, running_stack, summary
+
+
+def raw_throughput(texts: list[str]) -> dict[str, float]:
+    encoder = MiniLMEncoder(threads=2, batch_size=32)
+    encoder.encode(texts[:64])  # load and warm up
+    t = time.perf_counter()
+    encoder.encode(texts)
+    batched = len(texts) / (time.perf_counter() - t)
+    sample = texts[:300]
+    t = time.perf_counter()
+    for text in sample:
+        encoder.encode([text])
+    single = len(sample) / (time.perf_counter() - t)
+    return {"batched_texts_per_s": batched, "one_at_a_time_texts_per_s": single}
+
+
+async def put_all(url: str, key: str, notes: list[dict], concurrency: int) -> list[float]:
+    latencies: list[float] = []
+    queue: asyncio.Queue[dict] = asyncio.Queue()
+    for n in notes:
+        queue.put_nowait(n)
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            note = queue.get_nowait()
+            t = time.perf_counter()
+            r = await client.post("/v1/notes", json=note, headers=headers)
+            latencies.append((time.perf_counter() - t) * 1000)
+            r.raise_for_status()
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
+    return latencies
+
+
+async def paced(url: str, key: str, notes: list[dict], rate: float) -> list[float]:
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        start = time.perf_counter()
+        tasks = []
+
+        async def one(note: dict) -> None:
+            t = time.perf_counter()
+            r = await client.post("/v1/notes", json=note, headers=headers)
+            latencies.append((time.perf_counter() - t) * 1000)
+            r.raise_for_status()
+
+        for i, note in enumerate(notes):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(note)))
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+def wait_embedded(stack, prefix: str, count: int, timeout: float = 900) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = int(stack.sql(
+            f"SELECT count(*) FROM embeddings WHERE kind = 'note' AND note_id LIKE '{prefix}%'"))
+        if n >= count:
+            return time.perf_counter()
+        time.sleep(0.05)
+    raise RuntimeError(f"only {n} of {count} embedded in time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--notes", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+
+    turns = locomo_turns()
+    texts = [t["text"] for t in turns][: args.notes]
+    raw = raw_throughput(texts)
+    results: dict[str, object] = {"machine": machine(), "notes": len(texts), "raw": raw}
+
+    with running_stack() as stack:
+        url = stack.start_api()
+        _, key = stack.tenant_key()
+        worker = stack.start_worker()
+        # Warm the worker (model load) before timing.
+        asyncio.run(put_all(url, key, [{"id": "warm", "content": "warm up the model"}], 1))
+        wait_embedded(stack, "warm", 1, timeout=120)
+
+        bulk = [{"id": f"b{i}", "content": text} for i, text in enumerate(texts)]
+        t0 = time.perf_counter()
+        burst_acks = asyncio.run(put_all(url, key, bulk, args.concurrency))
+        t_put = time.perf_counter()
+        t_done = wait_embedded(stack, "b", len(bulk))
+        throughput = len(bulk) / (t_done - t0)
+        results["bulk"] = {
+            "notes_per_s": throughput,
+            "ratio_to_batched_model": throughput / raw["batched_texts_per_s"],
+            "puts_per_s": len(bulk) / (t_put - t0),
+            "put_ack_ms_p50": pct(burst_acks, 50),
+            "put_ack_ms_p95": pct(burst_acks, 95),
+        }
+
+        n_steady = int(args.rate * args.seconds)
+        steady_notes = [{"id": f"s{i}", "content": turns[(i * 7) % len(turns)]["text"] + f" ({i})"}
+                        for i in range(n_steady)]
+        acks = asyncio.run(paced(url, key, steady_notes, args.rate))
+        wait_embedded(stack, "s", n_steady)
+        lag = [float(x) for x in stack.sql(
+            "SELECT extract(epoch FROM e.created_at - n.created_at) * 1000 FROM notes n "
+            "JOIN embeddings e ON e.note_id = n.id AND e.kind = 'note' AND "
+            "e.tenant_id = n.tenant_id WHERE n.id LIKE 's%'").split()]
+        results["steady"] = {
+            "rate_per_s": args.rate,
+            "notes": n_steady,
+            "put_ack_ms_p50": pct(acks, 50),
+            "put_ack_ms_p95": pct(acks, 95),
+            "put_to_embedded_ms_p50": pct(lag, 50),
+            "put_to_embedded_ms_p95": pct(lag, 95),
+        }
+        api = [p for p in stack.procs if p is not worker][0]
+        results["memory_mb"] = {
+            "worker_rss": psutil.Process(worker.pid).memory_info().rss / 2**20,
+            "api_rss": psutil.Process(api.pid).memory_info().rss / 2**20,
+        }
+        print("steady acks:", summary(acks))
+        print("steady lag:", summary(lag))
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
