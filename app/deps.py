@@ -17,13 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit
 from app.auth import service as auth_service
-from app.auth.scope import ADMIN, READ, WRITE, Scope
+from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
+from app.caches import RequestCaches
 from app.db import Database, set_system, set_tenant
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
 from app.notes.service import Limits
 from app.settings import Settings
 from app.tenants import service as tenants_service
-from app.tenants.service import DEFAULT_PROJECT, project_scope
+from app.tenants.service import DEFAULT_PROJECT
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -104,11 +105,25 @@ async def current_scope(
         limit_per_minute=settings.rate_limit_per_minute,
     )
     await set_tenant(session, resolved.tenant_id)
-    await auth_service.record_use(session, resolved)
-    project = await tenants_service.resolve_project(
-        session, tenant_id=resolved.tenant_id, slug=(x_project or DEFAULT_PROJECT).strip()
+    caches: RequestCaches = request.app.state.caches
+    if caches.needs_touch(resolved.key_id):
+        await auth_service.record_use(session, resolved)
+    slug = (x_project or DEFAULT_PROJECT).strip()
+    project_id = caches.projects.get((resolved.tenant_id, slug))
+    if project_id is None:
+        project, created = await tenants_service.resolve_project_created(
+            session, tenant_id=resolved.tenant_id, slug=slug
+        )
+        project_id = project.id
+        if not created:  # a project made in this request exists only if it commits
+            caches.projects.put((resolved.tenant_id, slug), project_id)
+    return mint(
+        tenant_id=resolved.tenant_id,
+        project_id=project_id,
+        project_slug=slug,
+        key_id=resolved.key_id,
+        permissions=frozenset(resolved.scopes),
     )
-    return project_scope(project, key_id=resolved.key_id, permissions=frozenset(resolved.scopes))
 
 
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app import __version__
 from app.admin.router import router as admin_router
 from app.auth.router import router as keys_router
+from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError
@@ -69,6 +70,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         # Query embeddings run in-process (the model loads on first use).
         app.state.embedder = make_embedder(settings)
         app.state.query_cache = QueryCache()
+        app.state.caches = RequestCaches()
         try:
             yield
         finally:

@@ -118,7 +118,8 @@ class Note(Base):
     accessed_at: Mapped[datetime] = mapped_column(TS)
     # Original content is kept only while background work still needs it.
     pending_content: Mapped[str | None] = mapped_column(Text)
-    fts: Mapped[Any] = mapped_column(TSVECTOR)
+    # Deferred: only full-text search reads it; loading it on every get is waste.
+    fts: Mapped[Any] = mapped_column(TSVECTOR, deferred=True)
 
 
 class NoteVersion(Base):

@@ -86,7 +86,8 @@ class Settings(BaseSettings):
     job_dispatch_timeout_seconds: float = 120.0
     job_timeout_seconds: int = 900
     dispatch_poll_seconds: float = 0.5
-    dispatch_max_inflight: int = 32
+    dispatch_max_inflight: int = 64
+    embed_batch_jobs: int = Field(default=16, description="Embedding jobs per model call.")
     worker_concurrency: int = 8
     reconcile_interval_seconds: float = 300.0
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")

@@ -35,15 +35,23 @@ def locomo_turns(path: Path = LOCOMO) -> list[dict[str, Any]]:
     for conv in data:
         c = conv["conversation"]
         for key, value in c.items():
-            if not key.startswith("session_") or key.endswith("date_time") or not isinstance(
-                value, list
+            if (
+                not key.startswith("session_")
+                or key.endswith("date_time")
+                or not isinstance(value, list)
             ):
                 continue
             date = c.get(f"{key}_date_time", "")
             for turn in value:
-                turns.append({"id": turn["dia_id"], "text": turn["text"],
-                              "speaker": turn["speaker"], "date": date,
-                              "conv": conv.get("sample_id", "")})
+                turns.append(
+                    {
+                        "id": turn["dia_id"],
+                        "text": turn["text"],
+                        "speaker": turn["speaker"],
+                        "date": date,
+                        "conv": conv.get("sample_id", ""),
+                    }
+                )
     return turns
 
 
@@ -65,7 +73,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"
+    )
 
 
 class Stack:
@@ -87,18 +97,26 @@ class Stack:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-        env.update({
-            "KEEPMEM_DATABASE_URL": self.pg.url("keepmem_app"),
-            "KEEPMEM_REDIS_URL": self.redis.url,
-            "KEEPMEM_SECRET_KEY": SECRET,
-            "KEEPMEM_DISPATCH_POLL_SECONDS": "0.05",
-            "KEEPMEM_RATE_LIMIT_PER_MINUTE": "0",
-        })
+        env.update(
+            {
+                "KEEPMEM_DATABASE_URL": self.pg.url("keepmem_app"),
+                "KEEPMEM_REDIS_URL": self.redis.url,
+                "KEEPMEM_SECRET_KEY": SECRET,
+                "KEEPMEM_DISPATCH_POLL_SECONDS": "0.05",
+                "KEEPMEM_RATE_LIMIT_PER_MINUTE": "0",
+            }
+        )
         return env
 
     def start_api(self) -> str:
-        cmd = [sys.executable, "-c", "from app.cli import main; main()", "serve",
-               "--port", str(self.port)]
+        cmd = [
+            sys.executable,
+            "-c",
+            "from app.cli import main; main()",
+            "serve",
+            "--port",
+            str(self.port),
+        ]
         self.procs.append(subprocess.Popen(cmd, env=self.env))
         url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 30
@@ -154,5 +172,7 @@ def running_stack() -> Any:
 
 
 def summary(values: list[float]) -> str:
-    return (f"p50 {pct(values, 50):.1f} ms, p95 {pct(values, 95):.1f} ms, "
-            f"mean {statistics.fmean(values):.1f} ms (n={len(values)})")
+    return (
+        f"p50 {pct(values, 50):.1f} ms, p95 {pct(values, 95):.1f} ms, "
+        f"mean {statistics.fmean(values):.1f} ms (n={len(values)})"
+    )

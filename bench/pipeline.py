@@ -84,8 +84,11 @@ async def paced(url: str, key: str, notes: list[dict], rate: float) -> list[floa
 def wait_embedded(stack, prefix: str, count: int, timeout: float = 900) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        n = int(stack.sql(
-            f"SELECT count(*) FROM embeddings WHERE kind = 'note' AND note_id LIKE '{prefix}%'"))
+        n = int(
+            stack.sql(
+                f"SELECT count(*) FROM embeddings WHERE kind = 'note' AND note_id LIKE '{prefix}%'"
+            )
+        )
         if n >= count:
             return time.perf_counter()
         time.sleep(0.05)
@@ -128,14 +131,20 @@ def main() -> None:
         }
 
         n_steady = int(args.rate * args.seconds)
-        steady_notes = [{"id": f"s{i}", "content": turns[(i * 7) % len(turns)]["text"] + f" ({i})"}
-                        for i in range(n_steady)]
+        steady_notes = [
+            {"id": f"s{i}", "content": turns[(i * 7) % len(turns)]["text"] + f" ({i})"}
+            for i in range(n_steady)
+        ]
         acks = asyncio.run(paced(url, key, steady_notes, args.rate))
         wait_embedded(stack, "s", n_steady)
-        lag = [float(x) for x in stack.sql(
-            "SELECT extract(epoch FROM e.created_at - n.created_at) * 1000 FROM notes n "
-            "JOIN embeddings e ON e.note_id = n.id AND e.kind = 'note' AND "
-            "e.tenant_id = n.tenant_id WHERE n.id LIKE 's%'").split()]
+        lag = [
+            float(x)
+            for x in stack.sql(
+                "SELECT extract(epoch FROM e.created_at - n.created_at) * 1000 FROM notes n "
+                "JOIN embeddings e ON e.note_id = n.id AND e.kind = 'note' AND "
+                "e.tenant_id = n.tenant_id WHERE n.id LIKE 's%'"
+            ).split()
+        ]
         results["steady"] = {
             "rate_per_s": args.rate,
             "notes": n_steady,
@@ -144,7 +153,7 @@ def main() -> None:
             "put_to_embedded_ms_p50": pct(lag, 50),
             "put_to_embedded_ms_p95": pct(lag, 95),
         }
-        api = [p for p in stack.procs if p is not worker][0]
+        api = next(p for p in stack.procs if p is not worker)
         results["memory_mb"] = {
             "worker_rss": psutil.Process(worker.pid).memory_info().rss / 2**20,
             "api_rss": psutil.Process(api.pid).memory_info().rss / 2**20,

@@ -46,9 +46,9 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await pipeline.db.dispose()
 
 
-async def run_job(ctx: dict[str, Any], tenant_id: str, job_id: int) -> str:
-    """Run one outbox job (retries and dead letters are recorded on its row)."""
-    return await runner.run(ctx["pipeline"], uuid.UUID(tenant_id), job_id)
+async def run_jobs(ctx: dict[str, Any], tenant_id: str, job_ids: list[int]) -> dict[int, str]:
+    """Run outbox jobs of one tenant (retries and dead letters are recorded on their rows)."""
+    return await runner.run_batch(ctx["pipeline"], uuid.UUID(tenant_id), job_ids)
 
 
 async def ping(ctx: dict[str, Any]) -> str:
@@ -67,7 +67,7 @@ def redis_settings() -> RedisSettings:
 
 
 class WorkerSettings:
-    functions = [run_job, ping]
+    functions = [run_jobs, ping]
     on_startup = startup
     on_shutdown = shutdown
     queue_name = get_settings().queue_name

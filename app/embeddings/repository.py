@@ -36,17 +36,50 @@ async def upsert(
     content_hash: str,
     vector: Sequence[float],
 ) -> None:
-    stmt = insert(Embedding).values(
-        tenant_id=scope.tenant_id,
-        project_id=scope.project_id,
-        note_id=note_id,
-        kind=kind,
-        ref=ref,
-        model=model,
-        dim=len(vector),
-        content_hash=content_hash,
-        embedding=list(vector),
+    await _upsert_rows(
+        session,
+        [_row(scope, note_id, kind, ref, model, content_hash, vector)],
     )
+
+
+async def upsert_notes(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    model: str,
+    rows: Sequence[tuple[str, str, Sequence[float]]],
+) -> None:
+    """Current-version vectors for several notes: (note id, text hash, vector)."""
+    if rows:
+        await _upsert_rows(
+            session, [_row(scope, nid, "note", 0, model, h, v) for nid, h, v in rows]
+        )
+
+
+def _row(
+    scope: Scope,
+    note_id: str,
+    kind: str,
+    ref: int,
+    model: str,
+    content_hash: str,
+    vector: Sequence[float],
+) -> dict[str, Any]:
+    return {
+        "tenant_id": scope.tenant_id,
+        "project_id": scope.project_id,
+        "note_id": note_id,
+        "kind": kind,
+        "ref": ref,
+        "model": model,
+        "dim": len(vector),
+        "content_hash": content_hash,
+        "embedding": list(vector),
+    }
+
+
+async def _upsert_rows(session: AsyncSession, rows: list[dict[str, Any]]) -> None:
+    stmt = insert(Embedding).values(rows)
     stmt = stmt.on_conflict_do_update(
         index_elements=["tenant_id", "project_id", "note_id", "kind", "ref", "model"],
         set_={
@@ -59,20 +92,20 @@ async def upsert(
     await session.execute(stmt)
 
 
-async def vector_for_hash(
-    session: AsyncSession, tenant_id: uuid.UUID, model: str, content_hash: str
-) -> list[float] | None:
-    """An existing vector of the same text and model in this tenant (dedup)."""
-    value = await session.scalar(
-        select(Embedding.embedding)
-        .where(
+async def vectors_for_hashes(
+    session: AsyncSession, tenant_id: uuid.UUID, model: str, content_hashes: Sequence[str]
+) -> dict[str, list[float]]:
+    """Existing vectors of the same texts and model in this tenant (dedup)."""
+    if not content_hashes:
+        return {}
+    rows = await session.execute(
+        select(Embedding.content_hash, Embedding.embedding).where(
             Embedding.tenant_id == tenant_id,
             Embedding.model == model,
-            Embedding.content_hash == content_hash,
+            Embedding.content_hash.in_(list(set(content_hashes))),
         )
-        .limit(1)
     )
-    return None if value is None else [float(x) for x in value]
+    return {r[0]: [float(x) for x in r[1]] for r in rows if r[0] is not None}
 
 
 async def vector_of(

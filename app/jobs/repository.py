@@ -22,13 +22,14 @@ async def enqueue(
     note_id: str | None,
     payload: dict[str, Any] | None = None,
     priority: int = 5,
+    supersede: bool = True,
 ) -> int:
     """Add a job in the caller's transaction; newer work supersedes pending work.
 
     Only ``pending`` rows are superseded: a job a worker already holds runs to
     the end and finds, by the note's content hash, that it is stale.
     """
-    if note_id is not None:
+    if note_id is not None and supersede:
         await cancel_for_note(session, scope, note_id, kind=kind)
     job_id = await session.scalar(
         insert(Job)
@@ -210,15 +211,15 @@ def _seconds(value: float) -> Any:
 # -- one job's life (tenant context) ---------------------------------------------------
 
 
-async def claim(
-    session: AsyncSession, tenant_id: uuid.UUID, job_id: int, token: uuid.UUID
-) -> Job | None:
-    """Take a job for this worker run; None if it is not ours to run."""
-    return await session.scalar(
+async def claim_many(
+    session: AsyncSession, tenant_id: uuid.UUID, job_ids: Sequence[int], token: uuid.UUID
+) -> list[Job]:
+    """Take jobs for this worker run; those not ours to run are left out."""
+    rows = await session.scalars(
         update(Job)
         .where(
             Job.tenant_id == tenant_id,
-            Job.id == job_id,
+            Job.id.in_(list(job_ids)),
             or_(
                 Job.status == JobStatus.DISPATCHED.value,
                 and_(Job.status == JobStatus.PENDING.value, Job.next_run_at <= func.now()),
@@ -234,23 +235,25 @@ async def claim(
         )
         .returning(Job)
     )
+    return sorted(rows.all(), key=lambda j: j.id)
 
 
-async def heartbeat(
-    session: AsyncSession, tenant_id: uuid.UUID, job_id: int, token: uuid.UUID
-) -> bool:
+async def heartbeat_many(
+    session: AsyncSession, tenant_id: uuid.UUID, job_ids: Sequence[int], token: uuid.UUID
+) -> int:
+    """Keep this run's claims alive; returns how many it still holds."""
     result = await session.execute(
         update(Job)
         .where(
             Job.tenant_id == tenant_id,
-            Job.id == job_id,
+            Job.id.in_(list(job_ids)),
             Job.claim_token == token,
             Job.status == JobStatus.RUNNING.value,
         )
         .values(heartbeat_at=func.now())
         .returning(Job.id)
     )
-    return result.first() is not None
+    return len(result.all())
 
 
 async def finish(
@@ -388,29 +391,28 @@ async def delete_job(session: AsyncSession, scope: Scope, job_id: int) -> bool:
     return result.first() is not None
 
 
-async def other_open_jobs(
+async def notes_with_open_jobs(
     session: AsyncSession,
     scope: Scope,
-    note_id: str,
+    note_ids: Sequence[str],
     *,
     kinds: Sequence[str],
-    excluding: int,
-) -> int:
-    return int(
-        await session.scalar(
-            select(func.count())
-            .select_from(Job)
-            .where(
-                Job.tenant_id == scope.tenant_id,
-                Job.project_id == scope.project_id,
-                Job.note_id == note_id,
-                Job.kind.in_(list(kinds)),
-                Job.status.in_(_OPEN),
-                Job.id != excluding,
-            )
+    excluding: Sequence[int],
+) -> set[str]:
+    """Which of these notes still have unfinished jobs of these kinds (others' jobs)."""
+    rows = await session.execute(
+        select(Job.note_id)
+        .where(
+            Job.tenant_id == scope.tenant_id,
+            Job.project_id == scope.project_id,
+            Job.note_id.in_(list(note_ids)),
+            Job.kind.in_(list(kinds)),
+            Job.status.in_(_OPEN),
+            Job.id.not_in(list(excluding)),
         )
-        or 0
+        .distinct()
     )
+    return {r[0] for r in rows if r[0] is not None}
 
 
 async def has_open(session: AsyncSession, scope: Scope, note_id: str, kind: str) -> bool:

@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import undefer
 
 from app.auth.scope import Scope
 from app.models import Note, NoteVersion, Part
@@ -40,12 +41,23 @@ def _in_scope(scope: Scope) -> ColumnElement[bool]:
 
 
 async def get(
-    session: AsyncSession, scope: Scope, note_id: str, *, lock: bool = False
+    session: AsyncSession, scope: Scope, note_id: str, *, lock: bool = False, fts: bool = False
 ) -> Note | None:
     stmt = select(Note).where(_in_scope(scope), Note.id == note_id)
+    if fts:
+        stmt = stmt.options(undefer(Note.fts))
     if lock:
         stmt = stmt.with_for_update()
     return await session.scalar(stmt)
+
+
+async def get_many(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str], *, lock: bool = False
+) -> dict[str, Note]:
+    stmt = select(Note).where(_in_scope(scope), Note.id.in_(list(note_ids)))
+    if lock:
+        stmt = stmt.with_for_update()
+    return {n.id: n for n in (await session.execute(stmt)).scalars()}
 
 
 async def insert_note(
@@ -58,7 +70,7 @@ async def insert_note(
     tag_text: str,
 ) -> Note | None:
     """Insert a new note; None when a concurrent request created it first."""
-    inserted = await session.scalar(
+    return await session.scalar(
         pg_insert(Note)
         .values(
             tenant_id=scope.tenant_id,
@@ -67,11 +79,8 @@ async def insert_note(
             **{"fts": _fts(fts_text, tag_text), **values},
         )
         .on_conflict_do_nothing(index_elements=["tenant_id", "project_id", "id"])
-        .returning(Note.id)
+        .returning(Note)
     )
-    if inserted is None:
-        return None
-    return await get(session, scope, note_id)
 
 
 async def update_note(
@@ -85,6 +94,15 @@ async def update_note(
 ) -> Note:
     if fts_text is not None and tag_text is not None:
         values = {**values, "fts": _fts(fts_text, tag_text)}
+    elif tag_text is not None:
+        # Content is no longer held: re-weight the tags, keep the content's lexemes
+        # (stored with the default weight D; tags carry weight A).
+        values = {
+            **values,
+            "fts": func.setweight(func.to_tsvector(FTS_CONFIG, tag_text), literal_column("'A'")).op(
+                "||"
+            )(func.ts_filter(Note.fts, literal_column("'{d}'::\"char\"[]"))),
+        }
     row = await session.scalar(
         update(Note)
         .where(_in_scope(scope), Note.id == note_id)
@@ -362,3 +380,14 @@ async def sharing_tags(
         .limit(limit)
     )
     return (await session.execute(stmt)).scalars().all()
+
+
+async def clear_pending_content(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str]
+) -> None:
+    """Drop held original content once background work no longer needs it."""
+    await session.execute(
+        update(Note)
+        .where(_in_scope(scope), Note.id.in_(list(note_ids)))
+        .values(pending_content=None)
+    )

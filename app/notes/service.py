@@ -247,6 +247,7 @@ async def _write(
                 system_note=system_note,
                 needs_summary=needs_summary,
                 content_hash=content_hash,
+                existed=False,
             )
             return note_view(inserted, changed=True, pending=queued)
 
@@ -320,6 +321,7 @@ async def _enqueue_processing(
     system_note: bool,
     needs_summary: bool,
     content_hash: str,
+    existed: bool = True,
 ) -> list[str]:
     """Outbox rows for the work a write causes, in the write's own transaction."""
     if system_note:
@@ -329,7 +331,12 @@ async def _enqueue_processing(
         kinds.append(JobKind.SUMMARIZE)
     for kind in kinds:
         await jobs.enqueue(
-            session, scope, kind=kind, note_id=note_id, payload={"content_hash": content_hash}
+            session,
+            scope,
+            kind=kind,
+            note_id=note_id,
+            payload={"content_hash": content_hash},
+            supersede=existed,  # a new note has no older work to supersede
         )
     return [k.value for k in kinds]
 
@@ -604,7 +611,7 @@ async def tag(
             "tag_index": tagrules.index_terms(new_user),
             "updated_at": utcnow(),
         },
-        fts_text=note.pending_content or note.summary,
+        fts_text=note.pending_content,
         tag_text=_tag_text(note_id, new_user),
     )
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
@@ -707,7 +714,7 @@ async def move(
         wanted = tagrules.parse_value_map(tags)
     except tagrules.InvalidTags as exc:
         raise _tag_error(exc) from exc
-    src = await repo.get(session, scope, source_id, lock=True)
+    src = await repo.get(session, scope, source_id, lock=True, fts=True)
     if src is None:
         raise NotFound(f"source note not found: {source}")
     history = [] if only_current else list(await repo.all_versions(session, scope, source_id))
@@ -767,7 +774,6 @@ async def move(
             fts_text="",
             tag_text="",
         )
-        await repo.update_note(session, scope, target_id, values={"fts": head["fts"]})
         await feed.record(session, scope, mutation="doc_insert", entity_id=target_id)
     else:
         await repo.update_note(session, scope, target_id, values=head_values)

@@ -13,17 +13,19 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from app.auth.scope import scope_for_job
 from app.embeddings import repository as vectors
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
-from app.pipeline.runner import Pipeline
+from app.models import Job
+from app.pipeline.runner import VECTOR_KINDS, Pipeline
 
 log = logging.getLogger("keepmem.dispatcher")
 
-TASK = "run_job"
+TASK = "run_jobs"
 
 
 async def sweep(pipeline: Pipeline) -> int:
@@ -36,17 +38,36 @@ async def sweep(pipeline: Pipeline) -> int:
         )
 
 
+def batches(ready: Sequence[Job], size: int) -> list[tuple[uuid.UUID, list[int]]]:
+    """Group a tenant's embedding jobs into batches (one model call each);
+    every other job travels alone. Tenants stay interleaved."""
+    out: list[tuple[uuid.UUID, list[int]]] = []
+    open_batch: dict[uuid.UUID, list[int]] = {}
+    for job in ready:
+        if job.kind not in VECTOR_KINDS:
+            out.append((job.tenant_id, [job.id]))
+            continue
+        batch = open_batch.get(job.tenant_id)
+        if batch is None or len(batch) >= size:
+            batch = []
+            open_batch[job.tenant_id] = batch
+            out.append((job.tenant_id, batch))
+        batch.append(job.id)
+    return out
+
+
 async def dispatch(pipeline: Pipeline, redis: Any) -> int:
+    settings = pipeline.settings
     async with pipeline.db.system_transaction() as session:
-        slots = pipeline.settings.dispatch_max_inflight - await jobs.inflight(session)
+        slots = settings.dispatch_max_inflight - await jobs.inflight(session)
         ready = await jobs.take_ready_fairly(session, slots=slots)
-        for job in ready:
+        for tenant_id, ids in batches(ready, settings.embed_batch_jobs):
             await redis.enqueue_job(
                 TASK,
-                str(job.tenant_id),
-                job.id,
-                _job_id=f"{job.tenant_id}:{job.id}:{uuid.uuid4().hex[:12]}",
-                _queue_name=pipeline.settings.queue_name,
+                str(tenant_id),
+                ids,
+                _job_id=f"{tenant_id}:{ids[0]}:{uuid.uuid4().hex[:12]}",
+                _queue_name=settings.queue_name,
             )
         await jobs.mark_dispatched(session, ready)
     return len(ready)

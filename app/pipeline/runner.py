@@ -15,7 +15,7 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,26 +96,53 @@ def backoff(settings: Settings, attempts: int) -> float:
     )
 
 
+VECTOR_KINDS = (JobKind.EMBED.value, JobKind.REINDEX.value)
+
+
 async def run(pipeline: Pipeline, tenant_id: uuid.UUID, job_id: int) -> str:
-    """Run one outbox job to an outcome: done, retry later, dead, or skipped."""
+    """Run one outbox job to an outcome: done, retry, dead, skipped or not claimed."""
+    return (await run_batch(pipeline, tenant_id, [job_id])).get(job_id, "not-claimed")
+
+
+async def run_batch(
+    pipeline: Pipeline, tenant_id: uuid.UUID, job_ids: Sequence[int]
+) -> dict[int, str]:
+    """Run several jobs of one tenant. Embedding jobs of a project share one
+    model call and one write; other kinds run one after another."""
     token = uuid.uuid4()
     async with pipeline.db.tenant_transaction(tenant_id) as session:
-        job = await jobs.claim(session, tenant_id, job_id, token)
-    if job is None:
-        return "not-claimed"
-    state = _Run(pipeline, scope_for_job(tenant_id, job.project_id), job, token)
-    beat = asyncio.create_task(_heartbeat(state))
+        claimed = await jobs.claim_many(session, tenant_id, job_ids, token)
+    if not claimed:
+        return {}
+    beat = asyncio.create_task(_heartbeat(pipeline, tenant_id, [j.id for j in claimed], token))
+    outcomes: dict[int, str] = {}
     try:
-        await HANDLERS[JobKind(job.kind)](state)
-        return "done"
-    except _LostClaim:
-        return "lost-claim"
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded on the job row
-        return await _record_failure(state, exc)
+        groups: dict[uuid.UUID, list[_Run]] = {}
+        for job in claimed:
+            state = _Run(pipeline, scope_for_job(tenant_id, job.project_id), job, token)
+            if job.kind in VECTOR_KINDS:
+                groups.setdefault(job.project_id, []).append(state)
+            else:
+                outcomes |= await _guard([state], HANDLERS[JobKind(job.kind)])
+        for states in groups.values():
+            outcomes |= await _guard(states, _embed_batch)
     finally:
         beat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beat
+    return outcomes
+
+
+async def _guard(
+    states: list[_Run], handler: Callable[[list[_Run]], Awaitable[None]]
+) -> dict[int, str]:
+    try:
+        await handler(states)
+        return {s.job.id: "done" for s in states}
+    except _LostClaim:
+        return {s.job.id: "lost-claim" for s in states}
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded on the job row
+        return {s.job.id: await _record_failure(s, exc) for s in states}
 
 
 async def _record_failure(state: _Run, exc: Exception) -> str:
@@ -139,67 +166,93 @@ async def _record_failure(state: _Run, exc: Exception) -> str:
     return "dead" if retry is None else "retry"
 
 
-async def _heartbeat(state: _Run) -> None:
-    interval = max(state.pipeline.settings.job_lease_seconds / 3, 0.2)
+async def _heartbeat(
+    pipeline: Pipeline, tenant_id: uuid.UUID, job_ids: list[int], token: uuid.UUID
+) -> None:
+    interval = max(pipeline.settings.job_lease_seconds / 3, 0.2)
     while True:
         await asyncio.sleep(interval)
-        async with state.pipeline.db.tenant_transaction(state.scope.tenant_id) as session:
-            if not await jobs.heartbeat(session, state.scope.tenant_id, state.job.id, state.token):
+        async with pipeline.db.tenant_transaction(tenant_id) as session:
+            if not await jobs.heartbeat_many(session, tenant_id, job_ids, token):
                 return
 
 
-async def _release_content(session: AsyncSession, state: _Run, note: Note) -> None:
-    """Let go of the original content once no queued work needs it.
+async def _release_content(session: AsyncSession, states: list[_Run], held: list[Note]) -> None:
+    """Let go of original content once no queued work needs it.
 
     A summarizer that uses related notes as context is re-run on tag changes,
     so with one configured the content stays for that future work.
     """
-    if note.pending_content is None or state.pipeline.summarizer.uses_context:
+    if not states or states[0].pipeline.summarizer.uses_context:
         return
-    others = await jobs.other_open_jobs(
-        session, state.scope, note.id, kinds=CONTENT_KINDS, excluding=state.job.id
+    held = [n for n in held if n.pending_content is not None]
+    if not held:
+        return
+    scope = states[0].scope
+    busy = await jobs.notes_with_open_jobs(
+        session,
+        scope,
+        [n.id for n in held],
+        kinds=CONTENT_KINDS,
+        excluding=[s.job.id for s in states],
     )
-    if others == 0:
-        await notes.update_note(session, state.scope, note.id, values={"pending_content": None})
+    free = [n.id for n in held if n.id not in busy]
+    if free:
+        await notes.clear_pending_content(session, scope, free)
 
 
 # -- handlers ---------------------------------------------------------------------
 
 
-async def _embed(state: _Run) -> None:
-    p, scope, job = state.pipeline, state.scope, state.job
+async def _embed_batch(states: list[_Run]) -> None:
+    """Embed several notes of one project: one model call, one write."""
+    p, scope = states[0].pipeline, states[0].scope
     model = p.embedder.model_id
+    live: list[tuple[_Run, str | None, str, str]] = []  # state, seen hash, text, text hash
+    empty: list[_Run] = []
     async with p.db.tenant_transaction(scope.tenant_id) as session:
-        note = await notes.get(session, scope, job.note_id or "")
-        if (reason := _stale(job, note)) is not None or note is None:
-            await state.finish(session, {"skipped": reason})
-            return
-        # The full text while it is held; afterwards (reindex) the summary.
-        text = note.pending_content or note.summary
-        seen_hash, text_hash = note.content_hash, sha256(text)
-        reused = await vectors.vector_for_hash(session, scope.tenant_id, model, text_hash)
-    if not text.strip():
-        raise PermanentError("nothing to embed: the note has no text")
-    vector = reused or (await p.embedder.embed_documents([text]))[0]
+        found = await notes.get_many(session, scope, [s.job.note_id or "" for s in states])
+        for state in states:
+            note = found.get(state.job.note_id or "")
+            if (reason := _stale(state.job, note)) is not None or note is None:
+                await state.finish(session, {"skipped": reason})
+                continue
+            # The full text while it is held; afterwards (reindex) the summary.
+            text = note.pending_content or note.summary
+            if not text.strip():
+                empty.append(state)
+                continue
+            live.append((state, note.content_hash, text, sha256(text)))
+        reused = await vectors.vectors_for_hashes(
+            session, scope.tenant_id, model, [h for *_, h in live]
+        )
+    for state in empty:
+        await _record_failure(state, PermanentError("nothing to embed: the note has no text"))
+    if not live:
+        return
+    fresh_texts = {h: t for _, _, t, h in live if h not in reused}
+    computed = await p.embedder.embed_documents(list(fresh_texts.values()))
+    by_hash = {**reused, **dict(zip(fresh_texts, computed, strict=True))}
     async with p.db.tenant_transaction(scope.tenant_id) as session:
-        note = await notes.get(session, scope, job.note_id or "", lock=True)
-        if note is None or note.content_hash != seen_hash:
-            await state.finish(session, {"skipped": "superseded"})
-            return
-        await vectors.upsert(
-            session,
-            scope,
-            note_id=note.id,
-            kind="note",
-            ref=0,
-            model=model,
-            content_hash=text_hash,
-            vector=vector,
+        locked = await notes.get_many(
+            session, scope, [s.job.note_id or "" for s, *_ in live], lock=True
         )
-        await _release_content(session, state, note)
-        await state.finish(
-            session, {"model": model, "dim": len(vector), "reused": reused is not None}
-        )
+        rows, applied, kept = [], [], []
+        for state, seen_hash, _, text_hash in live:
+            note = locked.get(state.job.note_id or "")
+            if note is None or note.content_hash != seen_hash:
+                await state.finish(session, {"skipped": "superseded"})
+                continue
+            rows.append((note.id, text_hash, by_hash[text_hash]))
+            applied.append((state, text_hash in reused))
+            kept.append(note)
+        await vectors.upsert_notes(session, scope, model=model, rows=rows)
+        await _release_content(session, [s for s, _ in applied], kept)
+        for state, was_reused in applied:
+            await state.finish(
+                session,
+                {"model": model, "dim": p.embedder.dim, "reused": was_reused, "batch": len(live)},
+            )
 
 
 async def _related(session: AsyncSession, state: _Run, note: Note) -> list[RelatedNote]:
@@ -251,7 +304,7 @@ async def _summarize(state: _Run) -> None:
         tags = {**note.tags, "_summarized_hash": (seen_hash or "")[:10]}
         await notes.update_note(session, scope, note.id, values={"summary": summary, "tags": tags})
         await feed.record(session, scope, mutation="doc_update", entity_id=note.id)
-        await _release_content(session, state, note)
+        await _release_content(session, [state], [note])
         await state.finish(
             session,
             {"summarizer": getattr(p.summarizer, "name", "?"), "context": [c.id for c in context]},
@@ -305,7 +358,7 @@ async def _analyze(state: _Run) -> None:
         await feed.record(
             session, scope, mutation="part_insert", entity_id=note.id, payload={"parts": len(rows)}
         )
-        await _release_content(session, state, note)
+        await _release_content(session, [state], [note])
         await state.finish(session, {"parts": len(rows)})
 
 
@@ -339,10 +392,17 @@ async def _task(state: _Run) -> None:
         await state.finish(session, output)
 
 
-HANDLERS: dict[JobKind, Callable[[_Run], Awaitable[None]]] = {
-    JobKind.EMBED: _embed,
-    JobKind.REINDEX: _embed,
-    JobKind.SUMMARIZE: _summarize,
-    JobKind.ANALYZE: _analyze,
-    JobKind.TASK: _task,
+def _one(handler: Callable[[_Run], Awaitable[None]]) -> Callable[[list[_Run]], Awaitable[None]]:
+    async def run_one(states: list[_Run]) -> None:
+        await handler(states[0])
+
+    return run_one
+
+
+HANDLERS: dict[JobKind, Callable[[list[_Run]], Awaitable[None]]] = {
+    JobKind.EMBED: _embed_batch,
+    JobKind.REINDEX: _embed_batch,
+    JobKind.SUMMARIZE: _one(_summarize),
+    JobKind.ANALYZE: _one(_analyze),
+    JobKind.TASK: _one(_task),
 }

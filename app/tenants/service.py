@@ -83,20 +83,28 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
 
 async def resolve_project(session: AsyncSession, *, tenant_id: uuid.UUID, slug: str) -> Project:
     """The tenant's project with this slug, created and seeded on first use."""
+    project, _ = await resolve_project_created(session, tenant_id=tenant_id, slug=slug)
+    return project
+
+
+async def resolve_project_created(
+    session: AsyncSession, *, tenant_id: uuid.UUID, slug: str
+) -> tuple[Project, bool]:
+    """Like ``resolve_project``, also saying whether this call created it."""
     try:
         validate_project_slug(slug)
     except InvalidId as exc:
         raise BadRequest(str(exc)) from exc
     project = await repo.get_project(session, tenant_id, slug)
     if project is not None:
-        return project
+        return project, False
     project = await repo.insert_project(session, tenant_id, slug)
     if project is None:  # created concurrently; it is seeded by its creator
         project = await repo.get_project(session, tenant_id, slug)
         assert project is not None
-        return project
+        return project, False
     await notes_service.seed_system_docs(session, project_scope(project))
-    return project
+    return project, True
 
 
 def project_scope(
