@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     embedding_api_key: SecretStr | None = None
     embedding_base_url: str = ""
     embedding_threads: int = 2
-    embedding_batch_size: int = 32
+    embedding_batch_size: int = 8
     summarization_provider: str = Field(
         default="extractive",
         description="passthrough | truncate | first_paragraph | extractive | openai | anthropic",
@@ -85,10 +85,16 @@ class Settings(BaseSettings):
     job_lease_seconds: float = 120.0
     job_dispatch_timeout_seconds: float = 120.0
     job_timeout_seconds: int = 900
-    dispatch_poll_seconds: float = 0.5
+    dispatch_poll_seconds: float = 0.2
     dispatch_max_inflight: int = 64
-    embed_batch_jobs: int = Field(default=16, description="Embedding jobs per model call.")
+    embed_batch_jobs: int = Field(default=32, description="Embedding jobs per model call.")
+    worker_poll_seconds: float = Field(
+        default=0.05, description="How often an idle ARQ worker looks for new jobs."
+    )
     worker_concurrency: int = 8
+    worker_nice: int = Field(
+        default=10, description="CPU niceness of worker processes: API requests come first."
+    )
     reconcile_interval_seconds: float = 300.0
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
 

@@ -8,6 +8,7 @@ SIGTERM / SIGINT end it for good.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 
@@ -15,6 +16,7 @@ from arq.worker import run_worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.settings import get_settings
 from worker.settings import WorkerSettings, redis_settings
 
 log = logging.getLogger("keepmem.worker")
@@ -22,6 +24,10 @@ log = logging.getLogger("keepmem.worker")
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
+    niceness = get_settings().worker_nice
+    if niceness > 0:
+        # Background work yields the CPU to the API on shared machines.
+        os.nice(niceness)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

@@ -75,4 +75,5 @@ class WorkerSettings:
     max_jobs = get_settings().worker_concurrency
     job_timeout = get_settings().job_timeout_seconds
     keep_result = 60
+    poll_delay = get_settings().worker_poll_seconds
     max_tries = 1  # retries belong to the outbox, not to ARQ

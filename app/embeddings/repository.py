@@ -79,7 +79,9 @@ def _row(
 
 
 async def _upsert_rows(session: AsyncSession, rows: list[dict[str, Any]]) -> None:
-    stmt = insert(Embedding).values(rows)
+    # One statement executed for many parameter sets: its compiled form is
+    # cached, unlike a multi-row VALUES whose shape changes with the batch.
+    stmt = insert(Embedding)
     stmt = stmt.on_conflict_do_update(
         index_elements=["tenant_id", "project_id", "note_id", "kind", "ref", "model"],
         set_={
@@ -89,7 +91,7 @@ async def _upsert_rows(session: AsyncSession, rows: list[dict[str, Any]]) -> Non
             "created_at": func.now(),
         },
     )
-    await session.execute(stmt)
+    await session.execute(stmt, rows)
 
 
 async def vectors_for_hashes(

@@ -165,13 +165,17 @@ async def take_ready_fairly(session: AsyncSession, *, slots: int) -> list[Job]:
 
 
 async def mark_dispatched(session: AsyncSession, jobs: Sequence[Job]) -> None:
+    by_tenant: dict[uuid.UUID, list[int]] = {}
     for job in jobs:
+        by_tenant.setdefault(job.tenant_id, []).append(job.id)
+    for tenant_id, ids in by_tenant.items():
         await session.execute(
             update(Job)
-            .where(Job.tenant_id == job.tenant_id, Job.id == job.id)
+            .where(Job.tenant_id == tenant_id, Job.id.in_(ids))
             .values(
                 status=JobStatus.DISPATCHED.value, heartbeat_at=func.now(), updated_at=func.now()
             )
+            .execution_options(synchronize_session=False)
         )
 
 
@@ -264,13 +268,26 @@ async def finish(
     *,
     result: dict[str, Any] | None,
 ) -> bool:
-    """Mark done, only if this run still holds the claim. Content a job carried
-    (``payload.content``) is dropped: it is not kept past the work that needed it."""
+    return await finish_many(session, tenant_id, [job_id], token, result=result) == 1
+
+
+async def finish_many(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    job_ids: Sequence[int],
+    token: uuid.UUID,
+    *,
+    result: dict[str, Any] | None,
+) -> int:
+    """Mark done the jobs this run still holds; returns how many. Content a job
+    carried (``payload.content``) is dropped: it is not kept past its work."""
+    if not job_ids:
+        return 0
     done = await session.execute(
         update(Job)
         .where(
             Job.tenant_id == tenant_id,
-            Job.id == job_id,
+            Job.id.in_(list(job_ids)),
             Job.claim_token == token,
             Job.status == JobStatus.RUNNING.value,
         )
@@ -284,7 +301,7 @@ async def finish(
         )
         .returning(Job.id)
     )
-    return done.first() is not None
+    return len(done.all())
 
 
 async def fail(

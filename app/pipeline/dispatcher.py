@@ -95,10 +95,13 @@ async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = N
     """Sweep and dispatch until cancelled; errors are logged and retried."""
     settings = pipeline.settings
     next_reconcile = time.monotonic() + 5.0
+    next_sweep = 0.0
     while stop is None or not stop.is_set():
         moved = 0
         try:
-            await sweep(pipeline)
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + 1.0
+                await sweep(pipeline)
             moved = await dispatch(pipeline, redis)
             if time.monotonic() >= next_reconcile:
                 next_reconcile = time.monotonic() + settings.reconcile_interval_seconds

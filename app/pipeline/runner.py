@@ -248,11 +248,19 @@ async def _embed_batch(states: list[_Run]) -> None:
             kept.append(note)
         await vectors.upsert_notes(session, scope, model=model, rows=rows)
         await _release_content(session, [s for s, _ in applied], kept)
-        for state, was_reused in applied:
-            await state.finish(
-                session,
-                {"model": model, "dim": p.embedder.dim, "reused": was_reused, "batch": len(live)},
+        for was_reused in (False, True):
+            ids = [st.job.id for st, r in applied if r is was_reused]
+            result = {
+                "model": model,
+                "dim": p.embedder.dim,
+                "reused": was_reused,
+                "batch": len(live),
+            }
+            finished = await jobs.finish_many(
+                session, scope.tenant_id, ids, states[0].token, result=result
             )
+            if finished != len(ids):
+                raise _LostClaim
 
 
 async def _related(session: AsyncSession, state: _Run, note: Note) -> list[RelatedNote]:
