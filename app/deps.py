@@ -19,7 +19,7 @@ from app import ratelimit
 from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
-from app.db import Database, set_system, set_tenant
+from app.db import Database, set_system
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
 from app.notes.service import Limits
 from app.settings import Settings
@@ -104,7 +104,7 @@ async def current_scope(
         key_id=resolved.key_id,
         limit_per_minute=settings.rate_limit_per_minute,
     )
-    await set_tenant(session, resolved.tenant_id)
+    # authenticate() bound the transaction to the tenant (row-level security).
     caches: RequestCaches = request.app.state.caches
     if caches.needs_touch(resolved.key_id):
         await auth_service.record_use(session, resolved)

@@ -196,6 +196,15 @@ def main() -> None:
             "put_to_embedded_ms_p50": pct(lag, 50),
             "put_to_embedded_ms_p95": pct(lag, 95),
         }
+        # The API on its own: the same paced puts with the worker paused.
+        os.kill(worker.pid, signal.SIGSTOP)
+        alone = [{"id": f"a{i}", "content": n["content"]} for i, n in enumerate(steady_notes)]
+        alone_acks = asyncio.run(paced(url, key, alone, args.rate))
+        os.kill(worker.pid, signal.SIGCONT)
+        results["steady_api_alone"] = {
+            "put_ack_ms_p50": pct(alone_acks, 50),
+            "put_ack_ms_p95": pct(alone_acks, 95),
+        }
         api = next(p for p in stack.procs if p is not worker)
         results["memory_mb"] = {
             "worker_rss": psutil.Process(worker.pid).memory_info().rss / 2**20,

@@ -179,3 +179,12 @@ async def test_ids_in_paths_are_percent_decoded(client, tenant) -> None:
     await client.post("/v1/notes", json={"content": "c", "id": note_id}, headers=tenant.headers)
     r = await client.get("/v1/notes/" + quote(note_id, safe=""), headers=tenant.headers)
     assert r.status_code == 200 and r.json()["id"] == note_id
+
+
+async def test_refused_key_on_health_sees_no_count(client, tenant) -> None:
+    created = (await _admin_key(client, tenant, ["read"])).json()
+    await client.post("/v1/notes", json={"content": "x"}, headers=tenant.headers)
+    await client.delete(f"/v1/keys/{created['id']}", headers=tenant.headers)
+    r = await client.get("/v1/health", headers={"Authorization": f"Bearer {created['key']}"})
+    assert r.status_code == 200 and r.json()["item_count"] is None
+    assert (await client.get("/v1/health", headers=tenant.headers)).json()["item_count"] == 1

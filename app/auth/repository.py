@@ -27,8 +27,11 @@ async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
     """Look a key up by hash before any tenant is known (SECURITY DEFINER function)."""
     row = (
         await session.execute(
+            # Resolving binds the transaction to the key's tenant in the same
+            # round trip; a failed check below aborts the request anyway.
             text(
-                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled "
+                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled, "
+                "set_config('keepmem.tenant_id', tenant_id::text, true) "
                 "FROM keepmem_resolve_api_key(:h)"
             ),
             {"h": key_hash},
@@ -44,6 +47,11 @@ async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
         revoked_at=row.revoked_at,
         tenant_disabled=row.tenant_disabled,
     )
+
+
+async def unbind(session: AsyncSession) -> None:
+    """Undo the tenant binding ``resolve`` made, for a key that was refused."""
+    await session.execute(text("SELECT set_config('keepmem.tenant_id', '', true)"))
 
 
 async def touch(session: AsyncSession, tenant_id: uuid.UUID, key_id: uuid.UUID) -> None:

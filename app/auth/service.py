@@ -35,12 +35,16 @@ async def authenticate(
     resolved = await repo.resolve(session, hash_key(server_secret, presented))
     if resolved is None:
         raise Unauthorized("invalid API key")
+    problem = None
     if resolved.revoked_at is not None:
-        raise Unauthorized("API key revoked")
-    if resolved.expires_at is not None and resolved.expires_at <= utcnow():
-        raise Unauthorized("API key expired")
-    if resolved.tenant_disabled:
-        raise Unauthorized("tenant disabled")
+        problem = "API key revoked"
+    elif resolved.expires_at is not None and resolved.expires_at <= utcnow():
+        problem = "API key expired"
+    elif resolved.tenant_disabled:
+        problem = "tenant disabled"
+    if problem is not None:
+        await repo.unbind(session)
+        raise Unauthorized(problem)
     return resolved
 
 

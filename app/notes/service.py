@@ -191,16 +191,16 @@ async def _write(
             summary = content[: limits.max_summary_length] + "..."
             needs_summary = True
 
-    existing = await repo.get(session, scope, note_id, lock=True)
-    try:
-        if existing is None:
-            user_tags = tagrules.apply_changes({}, add=adds)
-        else:
+    def merged_tags(existing: Note | None) -> dict[str, Any]:
+        try:
+            if existing is None:
+                return tagrules.apply_changes({}, add=adds)
             old_user, _ = split_system(existing.tags)
-            user_tags = tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
-    except tagrules.InvalidTags as exc:
-        raise _tag_error(exc) from exc
+            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
+        except tagrules.InvalidTags as exc:
+            raise _tag_error(exc) from exc
 
+    user_tags = merged_tags(None)
     stored_system: dict[str, Any] = {
         "_source": source,
         "_content_type": content_type,
@@ -215,42 +215,45 @@ async def _write(
     tag_text = _tag_text(note_id, user_tags)
     pending_content = content if (needs_summary or not system_note) else None
 
-    if existing is None:
-        inserted = await repo.insert_note(
+    # Insert first (most puts make new notes); an existing note takes the
+    # update path below, under a row lock, with its tags merged.
+    inserted = await repo.insert_note(
+        session,
+        scope,
+        note_id=note_id,
+        values={
+            "summary": summary,
+            "tags": all_tags,
+            "tag_index": tagrules.index_terms(user_tags),
+            "content_hash": content_hash,
+            "content_type": content_type,
+            "source": source,
+            "created_at": created_override or now,
+            "updated_at": now,
+            "accessed_at": now,
+            "pending_content": pending_content,
+        },
+        fts_text=fts_text,
+        tag_text=tag_text,
+    )
+    if inserted is not None:
+        await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+        queued = await _enqueue_processing(
             session,
             scope,
-            note_id=note_id,
-            values={
-                "summary": summary,
-                "tags": all_tags,
-                "tag_index": tagrules.index_terms(user_tags),
-                "content_hash": content_hash,
-                "content_type": content_type,
-                "source": source,
-                "created_at": created_override or now,
-                "updated_at": now,
-                "accessed_at": now,
-                "pending_content": pending_content,
-            },
-            fts_text=fts_text,
-            tag_text=tag_text,
+            note_id,
+            system_note=system_note,
+            needs_summary=needs_summary,
+            content_hash=content_hash,
+            existed=False,
         )
-        if inserted is None:  # lost a race with a concurrent put: take the update path
-            existing = await repo.get(session, scope, note_id, lock=True)
-            assert existing is not None
-        else:
-            await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
-            queued = await _enqueue_processing(
-                session,
-                scope,
-                note_id,
-                system_note=system_note,
-                needs_summary=needs_summary,
-                content_hash=content_hash,
-                existed=False,
-            )
-            return note_view(inserted, changed=True, pending=queued)
+        return note_view(inserted, changed=True, pending=queued)
 
+    existing = await repo.get(session, scope, note_id, lock=True)
+    assert existing is not None  # the insert conflicted, so it exists
+    user_tags = merged_tags(existing)
+    all_tags = {**user_tags, **stored_system}
+    tag_text = _tag_text(note_id, user_tags)
     content_changed = existing.content_hash != content_hash
     tags_changed = user_tags != split_system(existing.tags)[0]
     values: dict[str, Any] = {"tags": all_tags, "tag_index": tagrules.index_terms(user_tags)}
