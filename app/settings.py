@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     embedding_base_url: str = ""
     embedding_threads: int = 2
     embedding_batch_size: int = 8
+    embedding_spin: bool = Field(
+        default=False, description="Let onnxruntime threads busy-wait (faster on a dedicated host)."
+    )
     summarization_provider: str = Field(
         default="extractive",
         description="passthrough | truncate | first_paragraph | extractive | openai | anthropic",
@@ -86,8 +89,8 @@ class Settings(BaseSettings):
     job_dispatch_timeout_seconds: float = 120.0
     job_timeout_seconds: int = 900
     dispatch_poll_seconds: float = 0.2
-    dispatch_max_inflight: int = 64
-    embed_batch_jobs: int = Field(default=32, description="Embedding jobs per model call.")
+    dispatch_max_inflight: int = 128
+    embed_batch_jobs: int = Field(default=64, description="Embedding jobs per model call.")
     worker_poll_seconds: float = Field(
         default=0.05, description="How often an idle ARQ worker looks for new jobs."
     )

@@ -130,6 +130,12 @@ def main() -> None:
     parser.add_argument(
         "--embedding-threads", type=int, default=2, help="onnxruntime threads in the worker"
     )
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        help="KEEPMEM_X=value for the worker process (repeatable)",
+    )
     args = parser.parse_args()
 
     turns = locomo_turns()
@@ -140,7 +146,9 @@ def main() -> None:
     with running_stack() as stack:
         url = stack.start_api()
         _, key = stack.tenant_key()
-        worker = stack.start_worker(KEEPMEM_EMBEDDING_THREADS=str(args.embedding_threads))
+        extra = dict(item.split("=", 1) for item in args.worker_env)
+        worker = stack.start_worker(KEEPMEM_EMBEDDING_THREADS=str(args.embedding_threads), **extra)
+        results["worker_env"] = extra
         # Warm the worker (model load) before timing.
         asyncio.run(put_all(url, key, [{"id": "warm", "content": "warm up the model"}], 1))
         wait_embedded(stack, "warm", 1, timeout=120)

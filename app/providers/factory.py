@@ -12,7 +12,10 @@ from app.settings import Settings
 def make_embedder(settings: Settings) -> Embedder:
     if settings.embedding_provider == "local":
         return embedders.create(
-            "local", threads=settings.embedding_threads, batch_size=settings.embedding_batch_size
+            "local",
+            threads=settings.embedding_threads,
+            batch_size=settings.embedding_batch_size,
+            spin=settings.embedding_spin,
         )
     key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
     return embedders.create(
