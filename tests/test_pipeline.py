@@ -361,3 +361,49 @@ async def test_reconcile_queues_reindex_for_notes_without_current_vectors(
     await run_all(make_pipeline(), client, tenant)
     r = await client.post("/v1/search", json={"query": "old model note"}, headers=tenant.headers)
     assert r.json()["notes"][0]["id"] == "old"
+
+
+async def _vector_rows(db, tenant, note_id: str) -> list[tuple[str, int]]:
+    async with db.tenant_transaction(tenant.id) as s:
+        rows = await s.execute(
+            text("SELECT kind, ref FROM embeddings WHERE note_id = :n ORDER BY kind, ref"),
+            {"n": note_id},
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_versions_keep_their_vectors_through_revert_and_move(
+    client, tenant, make_pipeline, db
+) -> None:
+    pipeline = make_pipeline()
+    await put(client, tenant, content="Cats sleep for most of the day.", id="pet")
+    await run_all(pipeline, client, tenant)
+    await put(client, tenant, content="Quarterly taxes are due in April.", id="pet")
+    await run_all(pipeline, client, tenant)
+    assert await _vector_rows(db, tenant, "pet") == [("note", 0), ("version", 1)]
+    r = await client.delete(
+        path("pet"), params={"delete_versions": "false"}, headers=tenant.headers
+    )
+    assert r.json()["reverted"] is True
+    assert await _vector_rows(db, tenant, "pet") == [("note", 0)]
+    found = await client.post(
+        "/v1/search", json={"query": "sleepy kittens"}, headers=tenant.headers
+    )
+    assert found.json()["notes"][0]["id"] == "pet"
+
+    await put(client, tenant, content="The boat leaves at dawn.", id="src")
+    await run_all(pipeline, client, tenant)
+    await put(client, tenant, content="Bring sunscreen and water.", id="src")
+    await run_all(pipeline, client, tenant)
+    r = await client.post(
+        "/v1/move",
+        json={"name": "dest", "source": "src", "only_current": True},
+        headers=tenant.headers,
+    )
+    assert r.status_code == 200
+    # the source is back to its first text, with that text's vector as its own
+    assert await _vector_rows(db, tenant, "src") == [("note", 0)]
+    found = await client.post(
+        "/v1/search", json={"query": "ship departs early morning"}, headers=tenant.headers
+    )
+    assert found.json()["notes"][0]["id"] == "src"

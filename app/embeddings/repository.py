@@ -141,6 +141,19 @@ async def archive_note_vectors(
     )
 
 
+async def delete_versions(
+    session: AsyncSession, scope: Scope, note_id: str, versions: Sequence[int]
+) -> None:
+    if versions:
+        await session.execute(
+            delete(Embedding).where(
+                _of_note(scope, note_id),
+                Embedding.kind == "version",
+                Embedding.ref.in_(list(versions)),
+            )
+        )
+
+
 async def restore_version_vectors(
     session: AsyncSession, scope: Scope, note_id: str, version: int
 ) -> None:

@@ -752,7 +752,8 @@ async def move(
     head = entries.pop()
     target = await repo.get(session, scope, target_id, lock=True)
     if target is not None:
-        await repo.archive_current(session, scope, target_id)
+        archived = await repo.archive_current(session, scope, target_id)
+        await vectors.archive_note_vectors(session, scope, target_id, archived)
     base_version = await repo.max_version(session, scope, target_id) + 1 if target else 1
     head_tags = {**head["tags"], "_saved_from": source_id, "_saved_at": keep_ts(now)}
     head_user, _ = split_system(head_tags)
@@ -789,7 +790,9 @@ async def move(
     )
 
     # What is left of the source.
-    await repo.delete_versions(session, scope, source_id, [v.version for v in moved_history])
+    moved_numbers = [v.version for v in moved_history]
+    await repo.delete_versions(session, scope, source_id, moved_numbers)
+    await vectors.delete_versions(session, scope, source_id, moved_numbers)
     if current_moves:
         remaining = [v for v in history if v not in moved_history]
         if only_current:
@@ -811,6 +814,8 @@ async def move(
                 },
             )
             await repo.delete_versions(session, scope, source_id, [newest.version])
+            # The restored version's vector becomes the note's (or none: reindexed later).
+            await vectors.restore_version_vectors(session, scope, source_id, newest.version)
         else:
             await jobs.cancel_for_note(session, scope, source_id)
             await repo.delete_note(session, scope, source_id)
