@@ -391,3 +391,20 @@ async def clear_pending_content(
         .where(_in_scope(scope), Note.id.in_(list(note_ids)))
         .values(pending_content=None)
     )
+
+
+async def version_number(
+    session: AsyncSession, scope: Scope, note_id: str, version: int
+) -> tuple[NoteVersion, int] | None:
+    """A stored version and its offset from the current one (1 = previous)."""
+    row = await session.scalar(
+        select(NoteVersion).where(_versions_of(scope, note_id), NoteVersion.version == version)
+    )
+    if row is None:
+        return None
+    newer = await session.scalar(
+        select(func.count())
+        .select_from(NoteVersion)
+        .where(_versions_of(scope, note_id), NoteVersion.version > version)
+    )
+    return row, int(newer or 0) + 1

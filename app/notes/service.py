@@ -462,7 +462,8 @@ def parse_when(value: str, *, now: datetime | None = None) -> datetime:
         ) from exc
 
 
-def _glob_regex(pattern: str) -> str:
+def glob_regex(pattern: str) -> str:
+    """An id glob (``*``, ``?``, ``[...]``) as an anchored regular expression."""
     out = ["^"]
     i = 0
     while i < len(pattern):
@@ -537,7 +538,7 @@ async def list_notes(
     prefix = glob = None
     if query.prefix:
         if any(c in query.prefix for c in "*?["):
-            glob = _glob_regex(query.prefix)
+            glob = glob_regex(query.prefix)
         else:
             prefix = query.prefix
     try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import ReadScope, SessionDep
+from app.errors import BadRequest
 from app.notes.schemas import NoteOut
 from app.search import service
 
@@ -13,8 +16,30 @@ router = APIRouter(prefix="/v1", tags=["search"])
 
 
 class SearchRequest(BaseModel):
-    query: str = Field(description="What to look for, in words.")
+    """keep's find request (daemon ``FindRequest``), plus parts/versions/bias."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: str | None = Field(default=None, description="What to look for, in words.")
+    similar_to: str | None = Field(default=None, description="A note id: find notes like it.")
+    tags: dict[str, Any] | None = Field(
+        default=None, description="key -> value(s); every key must match (a pre-filter)."
+    )
+    since: str | None = Field(default=None, description="ISO-8601 duration (P3D) or date.")
+    until: str | None = Field(default=None, description="ISO-8601 duration or date.")
+    scope: str | None = Field(default=None, description="Id glob the results must match.")
     limit: int = Field(default=10, ge=1, le=100)
+    include_self: bool = Field(default=False, description="With similar_to: keep the anchor.")
+    include_hidden: bool = Field(default=False, description="Include system notes.")
+    include_parts: bool = Field(default=True, description="Search parts (ID@P{N}) too.")
+    include_versions: bool = Field(
+        default=False, description="Search earlier versions (ID@V{N}) too."
+    )
+    bias: dict[str, float] | None = Field(
+        default=None, description="{id: weight}: 0 excludes, <1 demotes, >1 boosts."
+    )
+    deep: bool = Field(default=False, description="Follow edges (not available yet).")
+    deep_follow_depth: int = Field(default=10, ge=1, le=100)
 
 
 class ScoredNote(NoteOut):
@@ -23,25 +48,44 @@ class ScoredNote(NoteOut):
 
 class SearchResponse(BaseModel):
     notes: list[ScoredNote]
+    mode: str = Field(description="hybrid, text (no vectors yet) or similar")
     pending_embedding: int = Field(
         description="Notes not yet embedded, so not yet findable by meaning."
     )
 
 
-@router.post("/search", response_model=SearchResponse, summary="Find notes by meaning")
+@router.post("/search", response_model=SearchResponse, summary="Find notes")
 async def search(
     body: SearchRequest, request: Request, scope: ReadScope, session: SessionDep
 ) -> SearchResponse:
-    """Notes nearest in meaning to `query` (cosine over the stored vectors)."""
-    result = await service.semantic(
+    """Hybrid find: meaning (vectors) and words (full text) fused by keep's
+    weighted reciprocal rank, decayed by age (half-life 30 days); filters by
+    tags, time and id glob are applied inside both searches. Or, with
+    `similar_to`, the notes nearest in meaning to a stored note."""
+    if body.deep:
+        raise BadRequest("deep find (following edges) is not available yet")
+    result = await service.find(
         session,
         scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
-        query=body.query,
-        limit=body.limit,
+        data=service.FindInput(
+            query=body.query,
+            similar_to=body.similar_to,
+            tags=body.tags,
+            since=body.since,
+            until=body.until,
+            scope=body.scope,
+            include_hidden=body.include_hidden,
+            include_self=body.include_self,
+            include_parts=body.include_parts,
+            include_versions=body.include_versions,
+            limit=body.limit,
+            bias=body.bias or {},
+        ),
     )
     return SearchResponse(
         notes=[ScoredNote(**NoteOut.of(v).model_dump(), score=s) for v, s in result.items],
+        mode=result.mode,
         pending_embedding=result.pending_embedding,
     )

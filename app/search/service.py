@@ -1,48 +1,206 @@
-"""Semantic search over stored vectors (plain cosine; hybrid find comes later)."""
+"""find: hybrid retrieval with keep's scoring (KEEP_PROTOCOL §6.7).
+
+Vector similarity (pgvector HNSW) and full text (tsvector) are fused with
+keep's weighted reciprocal rank, ``1/(60+rank_sem) + 2/(60+rank_fts)``,
+normalised so 1.0 means first in both, then decayed by age:
+``score * 0.5 ** (days_since_update / half_life)`` (30 days unless the project
+says otherwise; 0 turns decay off). Parts are found as ``ID@P{N}``; versions,
+when asked, as ``ID@V{N}``. A note is findable by full text as soon as its
+put returns and by meaning once embedded.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest
+from app.errors import BadRequest, Conflict, NotFound
 from app.jobs import repository as jobs
 from app.notes import repository as notes
-from app.notes.views import ItemView, note_view
+from app.notes import tags as tagrules
+from app.notes.ids import InvalidId, normalize_id
+from app.notes.service import glob_regex, parse_when
+from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
+from app.search import repository as repo
+from app.tenants import repository as projects
+from app.timeutil import utcnow
+
+RRF_K = 60
+SEMANTIC_WEIGHT = 1.0
+TEXT_WEIGHT = 2.0
+DEFAULT_HALF_LIFE_DAYS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class FindInput:
+    query: str | None = None
+    similar_to: str | None = None
+    tags: Mapping[str, Any] | None = None
+    since: str | None = None
+    until: str | None = None
+    scope: str | None = None
+    include_hidden: bool = False
+    include_self: bool = False
+    include_parts: bool = True
+    include_versions: bool = False
+    limit: int = 10
+    bias: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class SearchResult:
     items: list[tuple[ItemView, float]]
     pending_embedding: int
+    mode: str
 
 
-async def semantic(
+def _filters(data: FindInput, exclude: list[str]) -> repo.Filters:
+    try:
+        terms = tagrules.filter_terms(data.tags)
+    except tagrules.InvalidTags as exc:
+        raise BadRequest(f"invalid tags: {exc}") from exc
+    return repo.Filters(
+        tag_terms=terms,
+        since=parse_when(data.since) if data.since else None,
+        until=parse_when(data.until) if data.until else None,
+        id_regex=glob_regex(data.scope) if data.scope else None,
+        include_hidden=data.include_hidden,
+        exclude_ids=exclude,
+    )
+
+
+def _key(hit: repo.Hit) -> tuple[str, str, int]:
+    return hit.note_id, hit.kind, hit.ref
+
+
+async def find(
     session: AsyncSession,
     scope: Scope,
     *,
     embedder: Embedder,
     cache: QueryCache,
-    query: str,
-    limit: int,
+    data: FindInput,
 ) -> SearchResult:
-    """Notes nearest in meaning to ``query`` among this project's current vectors."""
-    if not query.strip():
-        raise BadRequest("query is empty")
-    if not 1 <= limit <= 100:
+    """Notes (and parts, versions) for a query or like a given note, best first."""
+    if bool(data.query and data.query.strip()) == bool(data.similar_to):
+        raise BadRequest("find needs exactly one of query and similar_to")
+    if not 1 <= data.limit <= 100:
         raise BadRequest("limit must be between 1 and 100")
-    vector = await cache.get(embedder, query)
-    hits = await vectors.nearest(
-        session, scope, vector=vector, model=embedder.model_id, limit=limit
-    )
-    out: list[tuple[ItemView, float]] = []
-    for hit in hits:
-        note = await notes.get(session, scope, hit.note_id)
-        if note is not None:
-            out.append((note_view(note), round(hit.score, 4)))
+    if any(w < 0 for w in data.bias.values()):
+        raise BadRequest("bias weights must be >= 0")
+    kinds = ["note"] + (["part"] if data.include_parts else [])
+    kinds += ["version"] if data.include_versions else []
+    model = embedder.model_id
+    wide = max(data.limit * 10, 200)
+    fused: dict[tuple[str, str, int], float] = {}
+    stamps: dict[tuple[str, str, int], Any] = {}
+
+    if data.similar_to:
+        try:
+            anchor = normalize_id(data.similar_to)
+        except InvalidId as exc:
+            raise BadRequest(f"invalid similar_to: {exc}") from exc
+        if await notes.get(session, scope, anchor) is None:
+            raise NotFound(f"note not found: {data.similar_to}")
+        vector = await vectors.vector_of(session, scope, anchor, model)
+        if vector is None:
+            raise Conflict(f"note {anchor!r} is not embedded yet; try again shortly")
+        exclude = [] if data.include_self else [anchor]
+        for hit in await repo.semantic(
+            session,
+            scope,
+            vector=vector,
+            model=model,
+            kinds=kinds,
+            filters=_filters(data, exclude),
+            limit=wide,
+        ):
+            fused.setdefault(_key(hit), hit.score)
+            stamps.setdefault(_key(hit), hit.updated_at)
+        mode = "similar"
+    else:
+        query = (data.query or "").strip()
+        filters = _filters(data, [])
+        text_hits = await repo.full_text(
+            session,
+            scope,
+            query=query,
+            kinds=kinds,
+            filters=filters,
+            limit=max(data.limit * 10, 100),
+        )
+        sem_hits: list[repo.Hit] = []
+        if await repo.has_vectors(session, scope, model):
+            sem_hits = await repo.semantic(
+                session,
+                scope,
+                vector=await cache.get(embedder, query),
+                model=model,
+                kinds=kinds,
+                filters=filters,
+                limit=wide,
+            )
+        mode = "hybrid" if sem_hits else "text"
+        norm = (
+            (SEMANTIC_WEIGHT + TEXT_WEIGHT) / (RRF_K + 1)
+            if sem_hits
+            else (TEXT_WEIGHT / (RRF_K + 1))
+        )
+        for weight, hits in ((SEMANTIC_WEIGHT, sem_hits), (TEXT_WEIGHT, text_hits)):
+            seen: set[tuple[str, str, int]] = set()
+            rank = 0
+            for hit in hits:
+                key = _key(hit)
+                if key in seen:
+                    continue
+                seen.add(key)
+                rank += 1
+                fused[key] = fused.get(key, 0.0) + weight / (RRF_K + rank)
+                stamps.setdefault(key, hit.updated_at)
+        fused = {k: v / norm for k, v in fused.items()}
+
+    settings = await projects.project_settings(session, scope.tenant_id, scope.project_id)
+    half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
+    now = utcnow()
+    scored = []
+    for key, score in fused.items():
+        if half_life > 0:
+            days = max((now - stamps[key]).total_seconds(), 0) / 86400
+            score *= 0.5 ** (days / half_life)
+        weight = data.bias.get(key[0], 1.0)
+        if weight == 0:
+            continue
+        scored.append((key, round(score * weight, 4)))
+    scored.sort(key=lambda kv: (-kv[1], kv[0]))
+    items = await _views(session, scope, scored[: data.limit])
     pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
-    return SearchResult(items=out, pending_embedding=pending)
+    return SearchResult(items=items, pending_embedding=pending, mode=mode)
+
+
+async def _views(
+    session: AsyncSession, scope: Scope, scored: list[tuple[tuple[str, str, int], float]]
+) -> list[tuple[ItemView, float]]:
+    found = await notes.get_many(session, scope, list({k[0] for k, _ in scored}))
+    out: list[tuple[ItemView, float]] = []
+    for (note_id, kind, ref), score in scored:
+        note = found.get(note_id)
+        if note is None:
+            continue
+        if kind == "note":
+            out.append((note_view(note), score))
+        elif kind == "part":
+            part = await notes.get_part(session, scope, note_id, ref)
+            if part is not None:
+                out.append((part_view(note_id, part), score))
+        else:
+            version = await notes.version_number(session, scope, note_id, ref)
+            if version is not None:
+                row, offset = version
+                out.append((version_view(note_id, offset, row), score))
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
@@ -61,3 +62,12 @@ async def list_projects(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence
         select(Project).where(Project.tenant_id == tenant_id).order_by(Project.created_at)
     )
     return result.scalars().all()
+
+
+async def project_settings(
+    session: AsyncSession, tenant_id: uuid.UUID, project_id: uuid.UUID
+) -> dict[str, Any]:
+    value = await session.scalar(
+        select(Project.settings).where(Project.tenant_id == tenant_id, Project.id == project_id)
+    )
+    return dict(value or {})
