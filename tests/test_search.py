@@ -153,3 +153,33 @@ async def test_find_rejects_bad_requests(client, tenant) -> None:
     r = await client.post("/v1/search", json={"query": "x", "limit": 0}, headers=tenant.headers)
     assert r.status_code == 422
     assert (await client.post("/v1/search", json={"query": "x"})).status_code == 401
+
+
+async def test_single_stages_and_decay_override(client, tenant, make_pipeline, db) -> None:
+    await put(client, tenant, content="The puppy destroyed my sneakers.", id="dog")
+    await put(
+        client,
+        tenant,
+        content="Sneakers on sale downtown.",
+        id="sale",
+        created_at="2020-01-01T00:00:00",
+    )
+    await run_all(make_pipeline(), client, tenant)
+    # an imported note keeps its time: created and last updated then
+    sale = (await client.get("/v1/notes/sale", headers=tenant.headers)).json()
+    assert sale["tags"]["_updated"] == "2020-01-01T00:00:00"
+    text_only = await find(client, tenant, query="young canine chewed footwear", stages="text")
+    assert text_only["mode"] == "text" and ids(text_only) == []
+    vector_only = await find(
+        client, tenant, query="young canine chewed footwear", stages="vector", half_life_days=0
+    )
+    assert vector_only["mode"] == "vector" and ids(vector_only)[0] == "dog"
+    decayed = await find(client, tenant, query="sneakers", stages="text")
+    undecayed = await find(client, tenant, query="sneakers", stages="text", half_life_days=0)
+    old_score = {n["id"]: n["score"] for n in decayed["notes"]}["sale"]
+    assert old_score < 0.01  # years old with a 30-day half-life
+    assert {n["id"]: n["score"] for n in undecayed["notes"]}["sale"] > 0.4
+    r = await client.post(
+        "/v1/search", json={"query": "x", "stages": "both"}, headers=tenant.headers
+    )
+    assert r.status_code == 400

@@ -228,8 +228,9 @@ async def _write(
             "content_hash": content_hash,
             "content_type": content_type,
             "source": source,
+            # An imported note keeps its own time: created then, unchanged since.
             "created_at": created_override or now,
-            "updated_at": now,
+            "updated_at": created_override or now,
             "accessed_at": now,
             "pending_content": pending_content,
         },

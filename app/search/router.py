@@ -38,6 +38,12 @@ class SearchRequest(BaseModel):
     bias: dict[str, float] | None = Field(
         default=None, description="{id: weight}: 0 excludes, <1 demotes, >1 boosts."
     )
+    stages: str = Field(default="hybrid", description="hybrid, or one stage alone: vector or text.")
+    half_life_days: float | None = Field(
+        default=None,
+        description="Recency half-life for this query (0 = no decay); "
+        "default: the project's setting, 30 days.",
+    )
     deep: bool = Field(default=False, description="Follow edges (not available yet).")
     deep_follow_depth: int = Field(default=10, ge=1, le=100)
 
@@ -82,6 +88,8 @@ async def search(
             include_versions=body.include_versions,
             limit=body.limit,
             bias=body.bias or {},
+            stages=body.stages,
+            half_life_days=body.half_life_days,
         ),
     )
     return SearchResponse(

@@ -51,6 +51,8 @@ class FindInput:
     include_versions: bool = False
     limit: int = 10
     bias: Mapping[str, float] = field(default_factory=dict)
+    stages: str = "hybrid"  # hybrid | vector | text
+    half_life_days: float | None = None  # overrides the project's setting
 
 
 @dataclass(slots=True)
@@ -94,6 +96,10 @@ async def find(
         raise BadRequest("limit must be between 1 and 100")
     if any(w < 0 for w in data.bias.values()):
         raise BadRequest("bias weights must be >= 0")
+    if data.stages not in ("hybrid", "vector", "text"):
+        raise BadRequest("stages must be hybrid, vector or text")
+    if data.half_life_days is not None and data.half_life_days < 0:
+        raise BadRequest("half_life_days must be >= 0 (0 turns decay off)")
     kinds = ["note"] + (["part"] if data.include_parts else [])
     kinds += ["version"] if data.include_versions else []
     model = embedder.model_id
@@ -127,16 +133,18 @@ async def find(
     else:
         query = (data.query or "").strip()
         filters = _filters(data, [])
-        text_hits = await repo.full_text(
-            session,
-            scope,
-            query=query,
-            kinds=kinds,
-            filters=filters,
-            limit=max(data.limit * 10, 100),
-        )
+        text_hits: list[repo.Hit] = []
+        if data.stages in ("hybrid", "text"):
+            text_hits = await repo.full_text(
+                session,
+                scope,
+                query=query,
+                kinds=kinds,
+                filters=filters,
+                limit=max(data.limit * 10, 100),
+            )
         sem_hits: list[repo.Hit] = []
-        if await repo.has_vectors(session, scope, model):
+        if data.stages in ("hybrid", "vector") and await repo.has_vectors(session, scope, model):
             sem_hits = await repo.semantic(
                 session,
                 scope,
@@ -146,12 +154,16 @@ async def find(
                 filters=filters,
                 limit=wide,
             )
-        mode = "hybrid" if sem_hits else "text"
-        norm = (
-            (SEMANTIC_WEIGHT + TEXT_WEIGHT) / (RRF_K + 1)
-            if sem_hits
-            else (TEXT_WEIGHT / (RRF_K + 1))
+        mode = {
+            "hybrid": "hybrid" if sem_hits else "text",
+            "vector": "vector",
+            "text": "text",
+        }[data.stages]
+        # Normalise so that first place in every stage that ran scores 1.0.
+        norm = (SEMANTIC_WEIGHT if sem_hits else 0.0) + (
+            TEXT_WEIGHT if data.stages != "vector" else 0.0
         )
+        norm = (norm or 1.0) / (RRF_K + 1)
         for weight, hits in ((SEMANTIC_WEIGHT, sem_hits), (TEXT_WEIGHT, text_hits)):
             seen: set[tuple[str, str, int]] = set()
             rank = 0
@@ -167,6 +179,8 @@ async def find(
 
     settings = await projects.project_settings(session, scope.tenant_id, scope.project_id)
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
+    if data.half_life_days is not None:
+        half_life = data.half_life_days
     now = utcnow()
     scored = []
     for key, score in fused.items():
