@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select, text
+from sqlalchemy import Text, and_, func, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -133,8 +133,18 @@ async def full_text(
     filters: Filters,
     limit: int,
 ) -> list[Hit]:
-    """Full-text matches (notes, parts, versions), best ``ts_rank_cd`` first."""
-    tsq = func.websearch_to_tsquery(FTS_CONFIG, query)
+    """Full-text matches (notes, parts, versions), best ``ts_rank_cd`` first.
+
+    Questions are natural language: any of their (stemmed, non-stop) words
+    may match, and notes matching more of them rank higher. Requiring all of
+    them, as web search syntax does, finds almost nothing for a question.
+    """
+    words = func.plainto_tsquery(FTS_CONFIG, query)
+    # The lexemes are already stemmed: re-parse them with 'simple', unchanged.
+    tsq = func.to_tsquery(
+        "simple",
+        func.replace(func.cast(words, Text), literal_column("' & '"), literal_column("' | '")),
+    )
     hits: list[Hit] = []
     if "note" in kinds:
         rank = func.ts_rank_cd(Note.fts, tsq)

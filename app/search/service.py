@@ -190,9 +190,11 @@ async def find(
         weight = data.bias.get(key[0], 1.0)
         if weight == 0:
             continue
-        scored.append((key, round(score * weight, 4)))
+        scored.append((key, score * weight))
+    # Sort on the exact scores (old notes decay to tiny ones); round for display.
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
-    items = await _views(session, scope, scored[: data.limit])
+    top = [(key, round(score, 6)) for key, score in scored[: data.limit]]
+    items = await _views(session, scope, top)
     pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
     return SearchResult(items=items, pending_embedding=pending, mode=mode)
 
