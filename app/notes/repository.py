@@ -408,3 +408,50 @@ async def version_number(
         .where(_versions_of(scope, note_id), NoteVersion.version > version)
     )
     return row, int(newer or 0) + 1
+
+
+async def neighbours_in_time(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    anchor_id: str,
+    anchor_time: datetime,
+    terms: Sequence[str],
+    before: int,
+    after: int,
+) -> tuple[Sequence[Note], Sequence[Note]]:
+    """Visible notes just before and just after a moment, sharing any of ``terms``."""
+
+    def base() -> Select[Note]:
+        stmt = select(Note).where(
+            _in_scope(scope), Note.id != anchor_id, ~Note.id.startswith(".", autoescape=True)
+        )
+        if terms:
+            stmt = stmt.where(Note.tag_index.overlap(list(terms)))
+        return stmt
+
+    earlier = (
+        (
+            await session.execute(
+                base()
+                .where(Note.updated_at <= anchor_time)
+                .order_by(Note.updated_at.desc(), Note.id)
+                .limit(before)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    later = (
+        (
+            await session.execute(
+                base()
+                .where(Note.updated_at > anchor_time)
+                .order_by(Note.updated_at, Note.id)
+                .limit(after)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return list(reversed(earlier)), later

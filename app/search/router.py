@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.deps import ReadScope, SessionDep
+from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.errors import BadRequest
 from app.notes.schemas import NoteOut
-from app.search import service
+from app.search import context, service
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -75,25 +75,105 @@ async def search(
         scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
-        data=service.FindInput(
-            query=body.query,
-            similar_to=body.similar_to,
-            tags=body.tags,
-            since=body.since,
-            until=body.until,
-            scope=body.scope,
-            include_hidden=body.include_hidden,
-            include_self=body.include_self,
-            include_parts=body.include_parts,
-            include_versions=body.include_versions,
-            limit=body.limit,
-            bias=body.bias or {},
-            stages=body.stages,
-            half_life_days=body.half_life_days,
-        ),
+        data=_find_input(body),
     )
     return SearchResponse(
         notes=[ScoredNote(**NoteOut.of(v).model_dump(), score=s) for v, s in result.items],
         mode=result.mode,
         pending_embedding=result.pending_embedding,
     )
+
+
+def _find_input(body: SearchRequest) -> service.FindInput:
+    return service.FindInput(
+        query=body.query,
+        similar_to=body.similar_to,
+        tags=body.tags,
+        since=body.since,
+        until=body.until,
+        scope=body.scope,
+        include_hidden=body.include_hidden,
+        include_self=body.include_self,
+        include_parts=body.include_parts,
+        include_versions=body.include_versions,
+        limit=body.limit,
+        bias=body.bias or {},
+        stages=body.stages,
+        half_life_days=body.half_life_days,
+    )
+
+
+class CompactRequest(SearchRequest):
+    token_budget: int | None = Field(
+        default=None, ge=1, description="Stop adding results past this many tokens (~chars/4)."
+    )
+
+
+class CompactLine(BaseModel):
+    id: str
+    score: float | None = None
+    summary: str = Field(description="One line, at most 160 characters.")
+    date: str = Field(description="Date of the last change, YYYY-MM-DD.")
+
+
+class CompactResponse(BaseModel):
+    results: list[CompactLine]
+    mode: str
+    pending_embedding: int
+    tokens: int
+    truncated: bool
+
+
+@router.post("/search/compact", response_model=CompactResponse, summary="Find, one line each")
+async def search_compact(
+    body: CompactRequest, request: Request, scope: ReadScope, session: SessionDep
+) -> CompactResponse:
+    """The same find, returned as one line per result (id, score, one-line
+    summary, date) and trimmed to `token_budget`: the first step of progressive
+    disclosure; follow up with `/timeline` or `/detail` on the ids that matter."""
+    if body.deep:
+        raise BadRequest("deep find (following edges) is not available yet")
+    result = await service.find(
+        session,
+        scope,
+        embedder=request.app.state.embedder,
+        cache=request.app.state.query_cache,
+        data=_find_input(body),
+    )
+    kept = context.fit([context.line(v, s) for v, s in result.items], body.token_budget)
+    return CompactResponse(
+        results=[CompactLine(**e) for e in kept.entries],
+        mode=result.mode,
+        pending_embedding=result.pending_embedding,
+        tokens=kept.tokens,
+        truncated=kept.truncated,
+    )
+
+
+@router.get("/notes/{note_id}/timeline", summary="What came before and after a note")
+async def timeline(
+    note_id: NoteIdDep,
+    scope: ReadScope,
+    session: SessionDep,
+    before: Annotated[int, Query(ge=0, le=100)] = 5,
+    after: Annotated[int, Query(ge=0, le=100)] = 5,
+    token_budget: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    """Notes just before and after this one in time, among notes sharing any of
+    its tags (all notes when it has none), one line each, nearest first when
+    the token budget trims."""
+    return await context.timeline(
+        session, scope, raw_id=note_id, before=before, after=after, token_budget=token_budget
+    )
+
+
+@router.get("/notes/{note_id}/detail", summary="A note in full, with parts and history")
+async def detail(
+    note_id: NoteIdDep,
+    scope: ReadScope,
+    session: SessionDep,
+    token_budget: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    """The note's full summary and tags, then its parts and earlier versions
+    (one line each) while they fit the token budget."""
+    return await context.detail(session, scope, raw_id=note_id, token_budget=token_budget)
