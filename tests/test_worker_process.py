@@ -141,7 +141,7 @@ async def test_killed_worker_mid_job_loses_nothing_and_does_nothing_twice(env: E
             "KEEPMEM_SUMMARIZATION_PROVIDER": "openai",
             "KEEPMEM_SUMMARIZATION_MODEL": "m",
             "KEEPMEM_SUMMARIZATION_BASE_URL": vendor.url + "/v1",
-            "KEEPMEM_JOB_LEASE_SECONDS": "1.5",
+            "KEEPMEM_JOB_LEASE_SECONDS": "3",
         }
         await env.client.post("/v1/notes", json={"content": LONG, "id": "ops"}, headers=env.headers)
         first = env.start_worker(**llm)

@@ -31,6 +31,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         query_cache=QueryCache(),
     )
     ctx["pipeline"] = pipeline
+    # Load the model before taking work: the first job should not pay for it,
+    # and building the graph holds the interpreter long enough to delay
+    # heartbeats of jobs already running.
+    await pipeline.embedder.embed_documents(["warm up"])
     ctx["dispatcher"] = asyncio.create_task(dispatcher.loop(pipeline, ctx["redis"]))
 
 
