@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
 from typing import Any
 
@@ -80,14 +81,19 @@ class RequestContextMiddleware:
                         raise _TooLarge
                 return message
 
+            began = time.perf_counter()
+
             async def send_with_id(message: Message) -> None:
                 nonlocal started
                 if message["type"] == "http.response.start":
                     started = True
                     message = dict(message)
+                    elapsed = (time.perf_counter() - began) * 1000
                     message["headers"] = [
                         *message.get("headers", []),
                         (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                        # Time spent in the service, for clients and benchmarks.
+                        (b"server-timing", f"app;dur={elapsed:.2f}".encode()),
                     ]
                 await send(message)
 

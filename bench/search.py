@@ -1,0 +1,344 @@
+"""Search benchmark on real text at 100k notes.
+
+    .venv/bin/python -m bench.search [--notes 100000] [--queries 200]
+
+Corpus: paragraphs of real English from the docstrings of the Python standard
+library and the installed packages (~110k distinct paragraphs, 40-400 chars),
+embedded once with the offline MiniLM model and cached outside the repository
+(``~/.cache/keepmem-bench``, or ``KEEPMEM_BENCH_CACHE``). Held-out paragraphs
+are the queries. Notes are bulk-loaded into the embedded Postgres (ingestion
+is measured by bench/pipeline.py); then:
+
+1. HNSW index build time and size;
+2. recall@10 of the vector stage against exact search (same filters), for one
+   big tenant and for 100 tenants sharing the table with a tag filter;
+3. find over HTTP (hybrid, query embeddings cached so the time is the
+   service's own), p50/p95/p99 at concurrency 1 and 8, with the server-side
+   time from the ``Server-Timing`` header; query-embedding time on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+from sqlalchemy import text
+
+from app.db import Database
+from app.providers.embedding.minilm import MiniLMEncoder
+from bench.common import machine, pct, running_stack
+
+CACHE = Path(os.environ.get("KEEPMEM_BENCH_CACHE", Path.home() / ".cache" / "keepmem-bench"))
+
+
+def corpus() -> list[str]:
+    path = CACHE / "docstrings.json"
+    if path.exists():
+        return list(json.loads(path.read_text()))
+    import sys
+    import sysconfig
+
+    roots = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]}
+    seen: set[str] = set()
+    out: list[str] = []
+    for root in sorted(roots):
+        for dirpath, _, files in os.walk(root):
+            for name in sorted(files):
+                if not name.endswith(".py"):
+                    continue
+                try:
+                    tree = ast.parse(Path(dirpath, name).read_text(errors="ignore"))
+                except (SyntaxError, ValueError):
+                    continue
+                for node in ast.walk(tree):
+                    if not isinstance(
+                        node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module
+                    ):
+                        continue
+                    doc = ast.get_docstring(node)
+                    for para in re.split(r"\n\s*\n", doc or ""):
+                        p = " ".join(para.split())
+                        if (
+                            40 <= len(p) <= 400
+                            and p not in seen
+                            and not p.startswith((">>>", ":", ".."))
+                            and sum(c.isalpha() for c in p) > 0.7 * len(p)
+                        ):
+                            seen.add(p)
+                            out.append(p)
+    print(f"corpus: {len(out)} paragraphs", file=sys.stderr)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out))
+    return out
+
+
+def embeddings(texts: list[str]) -> np.ndarray:
+    path = CACHE / f"minilm-{len(texts)}.npy"
+    if path.exists():
+        return np.load(path)
+    encoder = MiniLMEncoder(threads=2, batch_size=16)
+    t = time.perf_counter()
+    out = np.vstack([encoder.encode(texts[i : i + 4096]) for i in range(0, len(texts), 4096)])
+    print(f"embedded {len(texts)} in {time.perf_counter() - t:.0f} s")
+    np.save(path, out)
+    return out
+
+
+def vec_text(v: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.6g}" for x in v) + "]"
+
+
+async def bulk_load(
+    owner: Database,
+    tenants: list[uuid.UUID],
+    texts: list[str],
+    vecs: np.ndarray,
+    per_tenant: int,
+    tags: bool,
+) -> None:
+    from pgvector.asyncpg import register_vector
+
+    async with owner.engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        await register_vector(raw)
+        now = time.time()
+        import datetime as dt
+
+        stamp = dt.datetime.fromtimestamp(now, dt.UTC)
+        for t_i, (tenant, project) in enumerate(tenants):
+            lo, hi = t_i * per_tenant, (t_i + 1) * per_tenant
+            note_rows = []
+            emb_rows = []
+            for i in range(lo, hi):
+                nid = f"n{i}"
+                topic = f"t{i % 10}"
+                note_tags = {"topic": topic} if tags else {}
+                terms = ["topic", f"topic={topic}"] if tags else []
+                note_rows.append(
+                    (
+                        tenant,
+                        project,
+                        nid,
+                        texts[i],
+                        json.dumps(note_tags),
+                        terms,
+                        stamp,
+                        stamp,
+                        stamp,
+                    )
+                )
+                emb_rows.append(
+                    (tenant, project, nid, "note", 0, "local:all-MiniLM-L6-v2", 384, vecs[i])
+                )
+            await raw.copy_records_to_table(
+                "notes",
+                records=note_rows,
+                columns=[
+                    "tenant_id",
+                    "project_id",
+                    "id",
+                    "summary",
+                    "tags",
+                    "tag_index",
+                    "created_at",
+                    "updated_at",
+                    "accessed_at",
+                ],
+            )
+            await raw.copy_records_to_table(
+                "embeddings",
+                records=emb_rows,
+                columns=[
+                    "tenant_id",
+                    "project_id",
+                    "note_id",
+                    "kind",
+                    "ref",
+                    "model",
+                    "dim",
+                    "embedding",
+                ],
+            )
+        await conn.execute(
+            text("UPDATE notes SET fts = to_tsvector('english', summary) WHERE fts = ''::tsvector")
+        )
+        await conn.commit()
+
+
+async def recall(
+    app: Database, tenant: uuid.UUID, queries: np.ndarray, tag: str | None, ef: int
+) -> tuple[float, float]:
+    """Mean recall@10 of the HNSW path vs exact, and the ANN query p50 ms."""
+    hits = 0.0
+    times = []
+    tag_sql = "AND n.tag_index @> ARRAY[:tag]" if tag else ""
+    sql = (
+        "SELECT e.note_id FROM embeddings e JOIN notes n ON n.tenant_id = e.tenant_id "
+        "AND n.project_id = e.project_id AND n.id = e.note_id "
+        f"WHERE e.tenant_id = :t AND e.dim = 384 AND e.kind = 'note' {tag_sql} "
+        "ORDER BY e.embedding::vector(384) <=> CAST(:q AS vector(384)) LIMIT 10"
+    )
+    for q in queries:
+        params = {"t": tenant, "q": vec_text(q)} | ({"tag": tag} if tag else {})
+        async with app.tenant_transaction(tenant) as s:
+            await s.execute(text("SET LOCAL enable_indexscan = off"))
+            await s.execute(text("SET LOCAL enable_bitmapscan = off"))
+            exact = set((await s.execute(text(sql), params)).scalars())
+        async with app.tenant_transaction(tenant) as s:
+            await s.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+            await s.execute(text(f"SET LOCAL hnsw.ef_search = {ef}"))
+            await s.execute(text("SET LOCAL enable_seqscan = off"))
+            await s.execute(text("SET LOCAL enable_sort = off"))  # the HNSW path
+            t = time.perf_counter()
+            approx = set((await s.execute(text(sql), params)).scalars())
+            times.append((time.perf_counter() - t) * 1000)
+        hits += len(exact & approx) / max(len(exact), 1)
+    return hits / len(queries), pct(times, 50)
+
+
+async def http_latency(
+    url: str, key: str, questions: list[str], concurrency: int, extra: dict
+) -> dict[str, float]:
+    client_ms: list[float] = []
+    server_ms: list[float] = []
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for q in questions:
+        queue.put_nowait(q)
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                q = queue.get_nowait()
+                t = time.perf_counter()
+                r = await client.post(
+                    "/v1/search", json={"query": q, "limit": 10, **extra}, headers=headers
+                )
+                client_ms.append((time.perf_counter() - t) * 1000)
+                r.raise_for_status()
+                m = re.search(r"dur=([\d.]+)", r.headers.get("server-timing", ""))
+                if m:
+                    server_ms.append(float(m.group(1)))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return {
+        "server_p50": pct(server_ms, 50),
+        "server_p95": pct(server_ms, 95),
+        "server_p99": pct(server_ms, 99),
+        "client_p50": pct(client_ms, 50),
+        "client_p95": pct(client_ms, 95),
+        "client_p99": pct(client_ms, 99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--notes", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    args = parser.parse_args()
+    texts = corpus()
+    need = args.notes + args.queries
+    texts = texts[:need]
+    vecs = embeddings(texts)
+    docs, dvecs = texts[: args.notes], vecs[: args.notes]
+    qtexts, qvecs = texts[args.notes :], vecs[args.notes :]
+    results: dict[str, object] = {
+        "machine": machine(),
+        "notes": args.notes,
+        "queries": len(qtexts),
+        "corpus": "Python docstrings",
+    }
+
+    encoder = MiniLMEncoder(threads=2, batch_size=8)
+    encoder.encode(["warm"])
+    q_ms = []
+    for q in qtexts[:100]:
+        t = time.perf_counter()
+        encoder.encode([q])
+        q_ms.append((time.perf_counter() - t) * 1000)
+    results["query_embedding_ms"] = {"p50": pct(q_ms, 50), "p95": pct(q_ms, 95)}
+
+    with running_stack() as stack:
+        url = stack.start_api()
+        owner = Database(stack.pg.url("postgres"))
+        app = Database(stack.pg.url("keepmem_app"))
+        big_id, big_key = stack.tenant_key("big")
+        small_keys = [stack.tenant_key(f"s{i}") for i in range(100)]
+        small = [uuid.UUID(t) for t, _ in small_keys]
+        big = uuid.UUID(big_id)
+
+        async def load() -> dict[str, float]:
+            async with owner.engine.begin() as c:
+                await c.execute(text("DROP INDEX ix_embeddings_hnsw_384"))
+                projects = dict(
+                    (
+                        await c.execute(
+                            text("SELECT tenant_id, id FROM projects WHERE slug = 'default'")
+                        )
+                    ).all()
+                )
+            await bulk_load(owner, [(big, projects[big])], docs, dvecs, args.notes, tags=False)
+            per = args.notes // 100
+            await bulk_load(owner, [(t, projects[t]) for t in small], docs, dvecs, per, tags=True)
+            t = time.perf_counter()
+            async with owner.engine.begin() as c:
+                await c.execute(text("SET maintenance_work_mem = '1GB'"))
+                await c.execute(
+                    text(
+                        "CREATE INDEX ix_embeddings_hnsw_384 ON embeddings USING hnsw "
+                        "((embedding::vector(384)) vector_cosine_ops) WHERE dim = 384"
+                    )
+                )
+                build = time.perf_counter() - t
+                size = (
+                    await c.execute(text("SELECT pg_relation_size('ix_embeddings_hnsw_384')"))
+                ).scalar_one()
+                await c.execute(text("ANALYZE"))
+            return {"rows": args.notes * 2, "build_s": build, "size_mb": size / 2**20}
+
+        results["index"] = asyncio.run(load())
+
+        async def recalls() -> dict[str, object]:
+            out: dict[str, object] = {}
+            for ef in (40, 100, 200):
+                r_big, t_big = await recall(app, big, qvecs[:100], None, ef)
+                r_small, t_small = await recall(app, small[0], qvecs[:100], "topic=t3", ef)
+                out[f"ef_search={ef}"] = {
+                    "big_tenant_recall@10": r_big,
+                    "big_tenant_ann_p50_ms": t_big,
+                    "small_tenant_rare_tag_recall@10": r_small,
+                    "small_tenant_ann_p50_ms": t_small,
+                }
+            return out
+
+        results["recall_vs_exact"] = asyncio.run(recalls())
+        # Warm the API's query-embedding cache so timings are the service's own.
+        asyncio.run(http_latency(url, big_key, qtexts, 4, {}))
+        lat: dict[str, object] = {}
+        for c in (1, 8):
+            lat[f"big_tenant_c{c}"] = asyncio.run(http_latency(url, big_key, qtexts, c, {}))
+        small_key = small_keys[0][1]
+        tag = {"tags": {"topic": "t3"}}
+        asyncio.run(http_latency(url, small_key, qtexts, 4, tag))
+        for c in (1, 8):
+            lat[f"small_tenant_tag_c{c}"] = asyncio.run(
+                http_latency(url, small_key, qtexts, c, tag)
+            )
+        results["find_http_ms"] = lat
+        asyncio.run(owner.dispose())
+        asyncio.run(app.dispose())
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
