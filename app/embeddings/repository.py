@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, literal_column, select, text, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -163,55 +162,6 @@ async def restore_version_vectors(
         .where(_of_note(scope, note_id), Embedding.kind == "version", Embedding.ref == version)
         .values(kind="note", ref=0)
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbour:
-    note_id: str
-    kind: str
-    ref: int
-    score: float
-
-
-async def nearest(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    vector: Sequence[float],
-    model: str,
-    limit: int,
-    kinds: Sequence[str] = ("note",),
-    include_hidden: bool = False,
-    exclude_ids: Sequence[str] = (),
-) -> list[Neighbour]:
-    """Cosine nearest neighbours among this project's vectors of one model."""
-    dim = len(vector)
-    literal = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
-    if dim in INDEXED_DIMS:
-        column: Any = literal_column(f"embeddings.embedding::vector({dim})")
-        query_vec: Any = text(f"CAST(:qv AS vector({dim}))").bindparams(qv=literal)
-    else:
-        column = Embedding.embedding
-        query_vec = text("CAST(:qv AS vector)").bindparams(qv=literal)
-    distance = column.op("<=>")(query_vec)
-    stmt = (
-        select(Embedding.note_id, Embedding.kind, Embedding.ref, distance.label("d"))
-        .where(
-            Embedding.tenant_id == scope.tenant_id,
-            Embedding.project_id == scope.project_id,
-            Embedding.model == model,
-            Embedding.dim == dim,
-            Embedding.kind.in_(list(kinds)),
-        )
-        .order_by(distance)
-        .limit(limit)
-    )
-    if not include_hidden:
-        stmt = stmt.where(~Embedding.note_id.startswith(".", autoescape=True))
-    if exclude_ids:
-        stmt = stmt.where(Embedding.note_id.not_in(list(exclude_ids)))
-    rows = (await session.execute(stmt)).all()
-    return [Neighbour(r.note_id, r.kind, r.ref, 1.0 - float(r.d)) for r in rows]
 
 
 async def notes_missing_model(

@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.scope import Scope
 from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.errors import BadRequest
 from app.notes.schemas import NoteOut
@@ -68,19 +70,25 @@ async def search(
     weighted reciprocal rank, decayed by age (half-life 30 days); filters by
     tags, time and id glob are applied inside both searches. Or, with
     `similar_to`, the notes nearest in meaning to a stored note."""
+    result = await _run_find(body, request, scope, session)
+    return SearchResponse(
+        notes=[ScoredNote(**NoteOut.of(v).model_dump(), score=s) for v, s in result.items],
+        mode=result.mode,
+        pending_embedding=result.pending_embedding,
+    )
+
+
+async def _run_find(
+    body: SearchRequest, request: Request, scope: Scope, session: AsyncSession
+) -> service.SearchResult:
     if body.deep:
         raise BadRequest("deep find (following edges) is not available yet")
-    result = await service.find(
+    return await service.find(
         session,
         scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
         data=_find_input(body),
-    )
-    return SearchResponse(
-        notes=[ScoredNote(**NoteOut.of(v).model_dump(), score=s) for v, s in result.items],
-        mode=result.mode,
-        pending_embedding=result.pending_embedding,
     )
 
 
@@ -131,15 +139,7 @@ async def search_compact(
     """The same find, returned as one line per result (id, score, one-line
     summary, date) and trimmed to `token_budget`: the first step of progressive
     disclosure; follow up with `/timeline` or `/detail` on the ids that matter."""
-    if body.deep:
-        raise BadRequest("deep find (following edges) is not available yet")
-    result = await service.find(
-        session,
-        scope,
-        embedder=request.app.state.embedder,
-        cache=request.app.state.query_cache,
-        data=_find_input(body),
-    )
+    result = await _run_find(body, request, scope, session)
     kept = context.fit([context.line(v, s) for v, s in result.items], body.token_budget)
     return CompactResponse(
         results=[CompactLine(**e) for e in kept.entries],
