@@ -298,7 +298,7 @@ async def _write(
         note_id,
         values=values,
         fts_text=fts_text if (content_changed or tags_changed) else None,
-        tag_text=tag_text,
+        tag_text=tag_text if (content_changed or tags_changed) else None,
     )
     changed = content_changed or tags_changed or "summary" in values
     pending: list[str] = []
