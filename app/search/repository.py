@@ -7,13 +7,13 @@ results the way filtering an approximate index scan afterwards would.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Text, and_, func, literal_column, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -152,11 +152,18 @@ async def full_text(
     may match, and notes matching more of them rank higher. Requiring all of
     them, as web search syntax does, finds almost nothing for a question.
     """
-    terms = await query_terms(session, query)
-    if not terms:
-        return []
-    # The lexemes are already stemmed: parse them with 'simple', unchanged.
-    tsq = func.to_tsquery("simple", " | ".join(terms))
+    words = func.string_to_array(
+        func.cast(func.plainto_tsquery(FTS_CONFIG, query), Text),
+        literal_column("' & '"),
+        type_=ARRAY(Text),
+    )
+    # The lexemes are already stemmed: re-parse them with 'simple', unchanged.
+    # At most MAX_TERMS of them: a paragraph-long query would otherwise match
+    # (and rank) most of a large project.
+    tsq = func.to_tsquery(
+        "simple",
+        func.array_to_string(words[1:MAX_TERMS], literal_column("' | '")),
+    )
 
     hits: list[Hit] = []
     if "note" in kinds:
@@ -191,60 +198,6 @@ async def full_text(
         )
         hits += [Hit(r[0], "version", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
     return sorted(hits, key=lambda h: -h.score)[:limit]
-
-
-_COMMON: dict[str, float] = {}
-_COMMON_AT = 0.0
-COMMON_FREQUENCY = 0.02  # a lexeme in more than 2 % of notes barely narrows a search
-COMMON_TTL_SECONDS = 600.0
-
-
-async def common_lexemes(session: AsyncSession) -> dict[str, float]:
-    """The notes' most common lexemes and their frequencies, from the planner's
-    statistics (refreshed by ANALYZE; cached here for ten minutes). Used only
-    to choose query terms, never returned to a client."""
-    global _COMMON_AT
-    now = time.monotonic()
-    if now - _COMMON_AT > COMMON_TTL_SECONDS:
-        row = (
-            await session.execute(
-                text(
-                    "SELECT most_common_elems::text::text[], most_common_elem_freqs "
-                    "FROM pg_stats WHERE tablename = 'notes' AND attname = 'fts'"
-                )
-            )
-        ).first()
-        _COMMON.clear()
-        if row is not None and row[0] is not None:
-            _COMMON.update(zip(row[0], row[1], strict=False))
-        _COMMON_AT = now
-    return _COMMON
-
-
-async def query_terms(session: AsyncSession, query: str) -> list[str]:
-    """The query's lexemes worth searching for: common ones are dropped (all
-    but the rarest three when every one is common), then at most MAX_TERMS.
-
-    Without this, a paragraph-long query ORs words like "return" and "value"
-    that match, and must be ranked across, most of a large project.
-    """
-    raw = await session.scalar(select(func.cast(func.plainto_tsquery(FTS_CONFIG, query), Text)))
-    lexemes: list[str] = []
-    for part in (raw or "").split(" & "):
-        part = part.strip()
-        if part and part not in lexemes:
-            lexemes.append(part)
-    if not lexemes:
-        return []
-    common = await common_lexemes(session)
-
-    def frequency(term: str) -> float:
-        return common.get(term.strip("'"), 0.0)
-
-    rare = [t for t in lexemes if frequency(t) <= COMMON_FREQUENCY]
-    if not rare:
-        rare = sorted(lexemes, key=frequency)[:3]
-    return rare[:MAX_TERMS]
 
 
 async def has_vectors(session: AsyncSession, scope: Scope, model: str) -> bool:
