@@ -94,6 +94,7 @@ async def test_small_tenant_gets_its_full_exact_top_10_through_the_index(
                 kinds=["note"],
                 filters=search.Filters(include_hidden=True),
                 limit=10,
+                big=True,
             )
             # Publish this backend's index statistics when it commits.
             await s.execute(text("SELECT pg_stat_force_next_flush()"))

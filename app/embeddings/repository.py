@@ -214,7 +214,3 @@ async def vectors_of(
         )
     )
     return {r[0]: [float(x) for x in r[1]] for r in rows}
-
-
-async def models_in_use(session: AsyncSession) -> list[str]:
-    return list((await session.execute(select(Embedding.model).distinct())).scalars())

@@ -349,10 +349,6 @@ async def get(session: AsyncSession, scope: Scope, job_id: int) -> Job | None:
     )
 
 
-async def get_any(session: AsyncSession, tenant_id: uuid.UUID, job_id: int) -> Job | None:
-    return await session.scalar(select(Job).where(Job.tenant_id == tenant_id, Job.id == job_id))
-
-
 async def list_jobs(
     session: AsyncSession,
     scope: Scope,
@@ -430,22 +426,6 @@ async def notes_with_open_jobs(
         .distinct()
     )
     return {r[0] for r in rows if r[0] is not None}
-
-
-async def has_open(session: AsyncSession, scope: Scope, note_id: str, kind: str) -> bool:
-    return bool(
-        await session.scalar(
-            select(func.count())
-            .select_from(Job)
-            .where(
-                Job.tenant_id == scope.tenant_id,
-                Job.project_id == scope.project_id,
-                Job.note_id == note_id,
-                Job.kind == kind,
-                Job.status.in_(_OPEN),
-            )
-        )
-    )
 
 
 async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:

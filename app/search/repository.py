@@ -78,6 +78,7 @@ async def semantic(
     kinds: Sequence[str],
     filters: Filters,
     limit: int,
+    big: bool,
 ) -> list[Hit]:
     """Nearest vectors of this project and model, filters applied in the scan.
 
@@ -89,7 +90,6 @@ async def semantic(
     # a big one through the HNSW index with pgvector's iterative scan, which keeps
     # reading the graph until enough rows pass the filters. The planner's own
     # estimate prefers the exact path even at 20k rows (35 ms), so it is told.
-    big = await vector_count(session, scope, model, cap=EXACT_BELOW) >= EXACT_BELOW
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     await session.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(limit, 1000))}"))
     if big:
@@ -198,19 +198,6 @@ async def full_text(
         )
         hits += [Hit(r[0], "version", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
     return sorted(hits, key=lambda h: -h.score)[:limit]
-
-
-async def has_vectors(session: AsyncSession, scope: Scope, model: str) -> bool:
-    row = await session.scalar(
-        select(Embedding.note_id)
-        .where(
-            Embedding.tenant_id == scope.tenant_id,
-            Embedding.project_id == scope.project_id,
-            Embedding.model == model,
-        )
-        .limit(1)
-    )
-    return row is not None
 
 
 async def vector_count(session: AsyncSession, scope: Scope, model: str, *, cap: int) -> int:

@@ -104,6 +104,10 @@ async def find(
     kinds += ["version"] if data.include_versions else []
     model = embedder.model_id
     wide = max(data.limit * 10, 200)
+    # One count decides both whether there are vectors at all and which path
+    # (exact or HNSW) the vector stage takes.
+    stored = await repo.vector_count(session, scope, model, cap=repo.EXACT_BELOW)
+    big = stored >= repo.EXACT_BELOW
     fused: dict[tuple[str, str, int], float] = {}
     stamps: dict[tuple[str, str, int], Any] = {}
 
@@ -126,6 +130,7 @@ async def find(
             kinds=kinds,
             filters=_filters(data, exclude),
             limit=wide,
+            big=big,
         ):
             fused.setdefault(_key(hit), hit.score)
             stamps.setdefault(_key(hit), hit.updated_at)
@@ -144,7 +149,7 @@ async def find(
                 limit=max(data.limit * 10, 100),
             )
         sem_hits: list[repo.Hit] = []
-        if data.stages in ("hybrid", "vector") and await repo.has_vectors(session, scope, model):
+        if data.stages in ("hybrid", "vector") and stored > 0:
             sem_hits = await repo.semantic(
                 session,
                 scope,
@@ -153,6 +158,7 @@ async def find(
                 kinds=kinds,
                 filters=filters,
                 limit=wide,
+                big=big,
             )
         mode = {
             "hybrid": "hybrid" if sem_hits else "text",

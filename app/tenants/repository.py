@@ -57,13 +57,6 @@ async def insert_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str)
     return await session.get(Project, (tenant_id, project_id))
 
 
-async def list_projects(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[Project]:
-    result = await session.execute(
-        select(Project).where(Project.tenant_id == tenant_id).order_by(Project.created_at)
-    )
-    return result.scalars().all()
-
-
 async def project_settings(
     session: AsyncSession, tenant_id: uuid.UUID, project_id: uuid.UUID
 ) -> dict[str, Any]:
