@@ -61,6 +61,24 @@ class Project(Base):
     slug: Mapped[str] = mapped_column(Text)
     settings: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    term_stats_at: Mapped[datetime | None] = mapped_column(TS)
+    term_stats_notes: Mapped[int | None] = mapped_column(Integer)
+
+
+class TermStat(Base):
+    """A lexeme found in many of a project's notes (see find's full-text stage)."""
+
+    __tablename__ = "term_stats"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    ndoc: Mapped[int] = mapped_column(Integer)
 
 
 class ApiKey(Base):
@@ -279,4 +297,5 @@ TENANT_TABLES = (
     "jobs",
     "changes",
     "audit_log",
+    "term_stats",
 )

@@ -99,6 +99,15 @@ class Settings(BaseSettings):
         default=10, description="CPU niceness of worker processes: API requests come first."
     )
     reconcile_interval_seconds: float = 300.0
+    fts_common_term_notes: int = Field(
+        default=2000,
+        description="A word found in more notes of a project than this is 'common': "
+        "find's full-text stage leaves it out of long questions (it would match, "
+        "and rank, a large part of a big project). The vector stage still sees it.",
+    )
+    term_stats_max_age_seconds: float = Field(
+        default=6 * 3600.0, description="How often a big project's common words are re-counted."
+    )
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
 
     @field_validator("app_role")

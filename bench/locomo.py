@@ -6,63 +6,27 @@ Every dialogue turn becomes a note (id = its dia_id, in a project per
 conversation, content "Speaker: text", the session date as its time); every
 question with evidence is a find. Scores are recall@5, recall@10 and nDCG@10
 of the evidence turns, for hybrid vs vector-only vs full-text-only, with and
-without recency decay.
+without recency decay. Then, in the same run, keep's own local store on the
+same data and embedding model (bench/keep_local.py, in keep's virtualenv at
+``$KEEP_PYTHON``; skipped with a message when that is missing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
+import os
+import subprocess
+import sys
 import time
-from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import httpx
 
-from bench.common import LOCOMO, machine, running_stack
+from bench.common import ROOT, machine, running_stack
+from bench.locomo_data import load, metrics
 from bench.pipeline import wait_embedded
-
-
-def _date(raw: str) -> str:
-    # "1:56 pm on 8 May, 2023"
-    return datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y").isoformat()
-
-
-def load() -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
-    data = json.loads(LOCOMO.read_text())
-    notes, questions = [], []
-    for conv in data:
-        project = conv["sample_id"].lower()
-        c = conv["conversation"]
-        for key, turns in c.items():
-            if not key.startswith("session_") or not isinstance(turns, list):
-                continue
-            when = _date(c[f"{key}_date_time"])
-            for turn in turns:
-                notes.append(
-                    (
-                        project,
-                        {
-                            "id": turn["dia_id"],
-                            "content": f"{turn['speaker']}: {turn['text']}",
-                            "tags": {"speaker": turn["speaker"], "session": key},
-                            "created_at": when,
-                        },
-                    )
-                )
-        for qa in conv["qa"]:
-            if qa.get("evidence"):
-                questions.append((project, qa))
-    return notes, questions
-
-
-def metrics(found: list[str], evidence: list[str]) -> tuple[float, float, float]:
-    wanted = set(evidence)
-    r5 = len(wanted & set(found[:5])) / len(wanted)
-    r10 = len(wanted & set(found[:10])) / len(wanted)
-    dcg = sum(1 / math.log2(i + 2) for i, f in enumerate(found[:10]) if f in wanted)
-    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(wanted), 10)))
-    return r5, r10, dcg / ideal
 
 
 async def run(url: str, key: str, notes, questions) -> dict[str, dict[str, float]]:
@@ -120,7 +84,40 @@ CONFIGS = [
 ]
 
 
+KEEP_PYTHON = Path(
+    os.environ.get(
+        "KEEP_PYTHON", Path.home() / ".cache" / "keepmem-bench" / "keep-venv" / "bin" / "python"
+    )
+)
+
+
+def keep_local() -> dict[str, Any] | None:
+    """keep's own local store on the same data and model (bench/keep_local.py,
+    in keep's virtualenv), after keepmem's stack has stopped."""
+    if not KEEP_PYTHON.exists():
+        print(f"keep-skill comparison skipped: no {KEEP_PYTHON}", file=sys.stderr)
+        return None
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [str(KEEP_PYTHON), "-m", "bench.keep_local"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", help="run only configurations whose name contains this")
+    parser.add_argument("--no-keep", action="store_true", help="skip keep's local store")
+    args = parser.parse_args()
+    configs = [c for c in CONFIGS if not args.only or args.only in c[0]]
     notes, questions = load()
     with running_stack() as stack:
         url = stack.start_api()
@@ -131,8 +128,11 @@ def main() -> None:
         wait_embedded(stack, "D", len(notes))
         ingest = time.perf_counter() - t
         # Warm up: load the API's query model and Postgres caches (not counted).
-        asyncio.run(evaluate(url, key, questions[:50], CONFIGS[:1]))
-        results = asyncio.run(evaluate(url, key, questions, CONFIGS))
+        asyncio.run(evaluate(url, key, questions[:50], configs[:1]))
+        results = asyncio.run(evaluate(url, key, questions, configs))
+    keep = None if args.no_keep else keep_local()
+    if keep is not None:
+        results[f"keep-skill {keep['keep_version']} local store (its find)"] = keep
     print(
         json.dumps(
             {
@@ -140,6 +140,7 @@ def main() -> None:
                 "notes": len(notes),
                 "questions": len(questions),
                 "ingest_s": ingest,
+                "put_per_s": len(notes) / ingest,
                 "results": results,
             },
             indent=2,
@@ -151,6 +152,12 @@ def main() -> None:
         print(
             f"| {name} | {m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['ndcg@10']:.3f} "
             f"| {m['p50_ms']:.1f} ms | {m['p95_ms']:.1f} ms |"
+        )
+    print(f"\nkeepmem ingest (put -> embedded): {len(notes) / ingest:.1f} notes/s")
+    if keep is not None:
+        print(
+            f"keep-skill local put: {keep['put_per_s']:.1f} notes/s "
+            f"(p50 {keep['put_p50_ms']:.1f} ms, p95 {keep['put_p95_ms']:.1f} ms)"
         )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from tests.test_pipeline import put, run_all
+from app.pipeline import dispatcher, runner
+from tests.test_pipeline import jobs_of, put, run_all
 
 
 async def find(client, t, **body) -> dict:
@@ -143,7 +144,6 @@ async def test_find_rejects_bad_requests(client, tenant) -> None:
     for body in (
         {},
         {"query": "x", "similar_to": "y"},
-        {"query": "x", "deep": True},
         {"query": "x", "bias": {"a": -1}},
         {"query": "x", "tags": {"bad key": "v"}},
         {"query": "x", "since": "whenever"},
@@ -183,3 +183,127 @@ async def test_single_stages_and_decay_override(client, tenant, make_pipeline, d
         "/v1/search", json={"query": "x", "stages": "both"}, headers=tenant.headers
     )
     assert r.status_code == 400
+
+
+async def test_full_text_and_tags_use_their_indexes_under_row_level_security(
+    client, tenant, db
+) -> None:
+    await put(client, tenant, content="Zebra crossing.", id="z", tags={"topic": "roads"})
+    # The system context's policy (tenant OR system) offers no btree path, so
+    # the only index a plan can use is the condition's own GIN index, and only
+    # if its operator is LEAKPROOF (migration 0003); otherwise RLS forces a
+    # row-by-row check first.
+    async with db.system_transaction() as s:
+        await s.execute(text("SET LOCAL enable_seqscan = off"))
+        plans = {}
+        for name, cond in (
+            ("fts", "fts @@ to_tsquery('simple', 'zebra')"),
+            ("tags", "tag_index @> ARRAY['topic=roads']"),
+        ):
+            rows = await s.execute(text(f"EXPLAIN SELECT id FROM notes WHERE {cond}"))
+            plans[name] = "\n".join(rows.scalars())
+    assert "Index Scan on ix_notes_fts" in plans["fts"], plans["fts"]
+    assert "Index Scan on ix_notes_tag_index" in plans["tags"], plans["tags"]
+
+
+async def test_common_words_of_a_big_project_leave_questions(
+    client, tenant, make_pipeline, db
+) -> None:
+    for i in range(12):
+        await put(client, tenant, content=f"Weekly meeting number {i} about plans.", id=f"m{i}")
+    await put(client, tenant, content="The walrus meeting went well.", id="walrus")
+    # Before the count, every word of the question may match.
+    body = await find(client, tenant, query="walrus meeting", limit=20)
+    assert len(ids(body)) == 13
+    pipeline = make_pipeline(fts_common_term_notes=10)
+    await dispatcher.reconcile(pipeline, limit=100_000)
+    counts = await jobs_of(client, tenant, kind="term_stats")
+    assert len(counts) == 1 and counts[0]["note_id"] is None
+    assert await runner.run(pipeline, tenant.id, counts[0]["id"]) == "done"
+    await dispatcher.reconcile(pipeline, limit=100_000)  # fresh: nothing new queued
+    assert len(await jobs_of(client, tenant, kind="term_stats")) == 1
+    async with db.tenant_transaction(tenant.id) as s:
+        common = dict((await s.execute(text("SELECT lexeme, ndoc FROM term_stats"))).all())
+    assert common["meet"] >= 13 and common["week"] >= 12 and "walrus" not in common
+    body = await find(client, tenant, query="walrus meeting", limit=20)
+    assert ids(body) == ["walrus"]  # the rare word decides
+    body = await find(client, tenant, query="weekly meeting plans", limit=20)
+    assert sorted(ids(body)) == sorted(f"m{i}" for i in range(12))  # all common: all must match
+
+
+def test_edge_tag_values_name_notes() -> None:
+    from app.graph.service import edge_target
+
+    assert edge_target("Caroline") == "Caroline"
+    assert edge_target("[[Caroline|Caro]]") == "Caroline"
+    assert edge_target("Caroline[[Caro]]") == "Caroline"
+    assert edge_target("[The site](https://example.com/a)") == "https://example.com/a"
+    assert edge_target("   ") is None
+
+
+async def _edges(db, tenant) -> list[tuple[str, str, str]]:
+    async with db.tenant_transaction(tenant.id) as s:
+        rows = await s.execute(
+            text("SELECT source_id, predicate, target_id FROM edges ORDER BY 1, 2, 3")
+        )
+        return [tuple(r) for r in rows]
+
+
+async def test_edge_tags_make_edges_and_stubs(client, tenant, db) -> None:
+    await put(
+        client, tenant, content="Caroline: I adopted a dog.", id="t1", tags={"speaker": "Caroline"}
+    )
+    await put(client, tenant, content="Plain note.", id="t2", tags={"topic": "misc"})
+    assert await _edges(db, tenant) == [("t1", "speaker", "Caroline")]
+    stub = (await client.get("/v1/notes/Caroline", headers=tenant.headers)).json()
+    assert stub["summary"] == "" and stub["tags"]["_source"] == "auto-vivify"
+    # a stub has no text: never a find result
+    assert "Caroline" not in ids(await find(client, tenant, query="Caroline"))
+    r = await client.patch(
+        "/v1/notes/t1/tags", json={"set": {"speaker": "[[Melanie|Mel]]"}}, headers=tenant.headers
+    )
+    assert r.status_code == 200
+    assert await _edges(db, tenant) == [
+        ("t1", "speaker", "Caroline"),
+        ("t1", "speaker", "Melanie"),
+    ]
+    r = await client.patch(
+        "/v1/notes/t1/tags", json={"remove": ["speaker"]}, headers=tenant.headers
+    )
+    assert r.status_code == 200 and await _edges(db, tenant) == []
+    await put(client, tenant, content="Caroline: again.", id="t3", tags={"speaker": "Caroline"})
+    assert (await client.delete("/v1/notes/t3", headers=tenant.headers)).status_code == 200
+    assert await _edges(db, tenant) == []
+
+
+async def test_deep_find_follows_edges(client, tenant, other_tenant, make_pipeline) -> None:
+    said = {"speaker": "Caroline"}
+    await put(client, tenant, content="Caroline adopted a rescue dog named Rex.", id="a", tags=said)
+    await put(client, tenant, content="Caroline went hiking in the Alps.", id="b", tags=said)
+    await put(
+        client, tenant, content="Melanie painted a sunset.", id="c", tags={"speaker": "Melanie"}
+    )
+    # another tenant's Caroline is another note: never reached
+    await put(client, other_tenant, content="Caroline hikes too.", id="x", tags=said)
+    await run_all(make_pipeline(), client, tenant)
+    body = await find(client, tenant, query="dog adoption", limit=1, deep=True)
+    assert ids(body) == ["a"]
+    assert [(g["id"], [n["id"] for n in g["items"]]) for g in body["deep_groups"]] == [("a", ["b"])]
+    assert -1 <= body["deep_groups"][0]["items"][0]["score"] < 1  # cosine to the query
+    # one hop reaches only the stub, which is not returned
+    body = await find(client, tenant, query="dog adoption", limit=1, deep=True, deep_follow_depth=1)
+    assert body["deep_groups"] == []
+    body = await find(client, tenant, query="dog adoption", limit=1)
+    assert body["deep_groups"] == []
+    # similar_to follows edges too; a deleted note is gone from the walk
+    body = await find(client, tenant, similar_to="b", limit=1, deep=True)
+    assert ids(body) == ["a"] and body["deep_groups"] == []  # b is the anchor, not a result
+    assert (await client.delete("/v1/notes/b", headers=tenant.headers)).status_code == 200
+    body = await find(client, tenant, query="dog adoption", limit=1, deep=True)
+    assert body["deep_groups"] == []
+    r = await client.post(
+        "/v1/search",
+        json={"query": "x", "deep": True, "deep_follow_depth": 0},
+        headers=tenant.headers,
+    )
+    assert r.status_code == 422

@@ -11,6 +11,7 @@ class JobKind(StrEnum):
     ANALYZE = "analyze"
     REINDEX = "reindex"
     TASK = "task"  # keep's task delegation (/v1/tasks): work on content sent with the task
+    TERM_STATS = "term_stats"  # count a big project's common words (find's full-text stage)
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

@@ -22,6 +22,7 @@ from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
 from app.feed import repository as feed
+from app.graph import service as graph
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.models import Note
@@ -239,6 +240,8 @@ async def _write(
     )
     if inserted is not None:
         await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+        if user_tags:
+            await graph.sync_tag_edges(session, scope, note_id, user_tags)
         queued = await _enqueue_processing(
             session,
             scope,
@@ -300,6 +303,8 @@ async def _write(
         fts_text=fts_text if (content_changed or tags_changed) else None,
         tag_text=tag_text if (content_changed or tags_changed) else None,
     )
+    if tags_changed:
+        await graph.sync_tag_edges(session, scope, note_id, user_tags)
     changed = content_changed or tags_changed or "summary" in values
     pending: list[str] = []
     if content_changed or force:
@@ -620,6 +625,7 @@ async def tag(
         tag_text=_tag_text(note_id, new_user),
     )
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+    await graph.sync_tag_edges(session, scope, note_id, new_user)
     pending: list[str] = []
     if note.pending_content is not None and note.summary != note.pending_content:
         # Summaries may depend on tags (related notes as context): redo it. The
@@ -682,9 +688,11 @@ async def delete(
             await jobs.cancel_for_note(session, scope, note_id)
             await feed.record(session, scope, mutation="version_delete", entity_id=note_id)
             await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+            await graph.sync_tag_edges(session, scope, note_id, split_system(previous.tags)[0])
             return DeleteResult(deleted=note_id, reverted=True, item=note_view(restored))
     await jobs.cancel_for_note(session, scope, note_id)
     await repo.delete_note(session, scope, note_id)
+    await graph.forget_note(session, scope, note_id)
     await feed.record(session, scope, mutation="doc_delete", entity_id=note_id)
     return DeleteResult(deleted=note_id, reverted=False, item=None)
 
@@ -826,6 +834,12 @@ async def move(
         await feed.record(session, scope, mutation="doc_update", entity_id=source_id)
     moved = await repo.get(session, scope, target_id)
     assert moved is not None
+    await graph.sync_tag_edges(session, scope, target_id, split_system(moved.tags)[0])
+    left = await repo.get(session, scope, source_id)
+    if left is None:
+        await graph.forget_note(session, scope, source_id)
+    else:
+        await graph.sync_tag_edges(session, scope, source_id, split_system(left.tags)[0])
     return note_view(moved, changed=True)
 
 

@@ -22,6 +22,7 @@ from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
+from app.search import repository as search
 
 log = logging.getLogger("keepmem.dispatcher")
 
@@ -76,7 +77,8 @@ async def dispatch(pipeline: Pipeline, redis: Any) -> int:
 async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
     """Queue a reindex for notes with no vector of the current model (a model
     change, or vectors lost): search only uses the current model's vectors, so
-    a change of model never mixes spaces."""
+    a change of model never mixes spaces. And a recount of the common words of
+    big projects whose count is missing or old (find's full-text stage)."""
     model = pipeline.embedder.model_id
     async with pipeline.db.system_transaction() as session:
         missing = await vectors.notes_missing_model(session, model=model, limit=limit)
@@ -87,6 +89,20 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
                 kind=JobKind.REINDEX,
                 note_id=note_id,
                 priority=8,
+            )
+        # Big projects' common words, for find's full-text stage.
+        for tenant_id, project_id in await search.projects_needing_term_stats(
+            session,
+            min_notes=pipeline.settings.fts_common_term_notes,
+            max_age_seconds=pipeline.settings.term_stats_max_age_seconds,
+            limit=limit,
+        ):
+            await jobs.enqueue(
+                session,
+                scope_for_job(tenant_id, project_id),
+                kind=JobKind.TERM_STATS,
+                note_id=None,
+                priority=9,
             )
     return len(missing)
 

@@ -33,6 +33,7 @@ from app.pipeline.split import split_parts
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.errors import PermanentError, ProviderError
 from app.providers.summarization.base import RelatedNote, Summarizer
+from app.search import repository as search
 from app.settings import Settings
 
 log = logging.getLogger("keepmem.pipeline")
@@ -400,6 +401,16 @@ async def _task(state: _Run) -> None:
         await state.finish(session, output)
 
 
+async def _term_stats(state: _Run) -> None:
+    """Count the project's common words for find's full-text stage."""
+    p = state.pipeline
+    async with p.db.tenant_transaction(state.scope.tenant_id) as session:
+        found = await search.refresh_term_stats(
+            session, state.scope, min_notes=p.settings.fts_common_term_notes
+        )
+        await state.finish(session, {"common_terms": found})
+
+
 def _one(handler: Callable[[_Run], Awaitable[None]]) -> Callable[[list[_Run]], Awaitable[None]]:
     async def run_one(states: list[_Run]) -> None:
         await handler(states[0])
@@ -413,4 +424,5 @@ HANDLERS: dict[JobKind, Callable[[list[_Run]], Awaitable[None]]] = {
     JobKind.SUMMARIZE: _one(_summarize),
     JobKind.ANALYZE: _one(_analyze),
     JobKind.TASK: _one(_task),
+    JobKind.TERM_STATS: _one(_term_stats),
 }

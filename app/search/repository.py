@@ -7,18 +7,19 @@ results the way filtering an approximate index scan afterwards would.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, and_, func, literal_column, select, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Float, Text, and_, delete, func, literal_column, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings.repository import INDEXED_DIMS
-from app.models import Embedding, Note, NoteVersion, Part
+from app.models import Embedding, Note, NoteVersion, Part, Project, TermStat
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
@@ -151,19 +152,16 @@ async def full_text(
     Questions are natural language: any of their (stemmed, non-stop) words
     may match, and notes matching more of them rank higher. Requiring all of
     them, as web search syntax does, finds almost nothing for a question.
+    In a big project the question's common words are left out (see
+    ``_question_tsquery``).
     """
-    words = func.string_to_array(
-        func.cast(func.plainto_tsquery(FTS_CONFIG, query), Text),
-        literal_column("' & '"),
-        type_=ARRAY(Text),
-    )
-    # The lexemes are already stemmed: re-parse them with 'simple', unchanged.
-    # At most MAX_TERMS of them: a paragraph-long query would otherwise match
-    # (and rank) most of a large project.
-    tsq = func.to_tsquery(
-        "simple",
-        func.array_to_string(words[1:MAX_TERMS], literal_column("' | '")),
-    )
+    tsq_text = await _question_tsquery(session, scope, query)
+    if tsq_text is None:
+        return []
+    # A scalar subquery: Postgres evaluates it once per query (an InitPlan).
+    # Written inline, a generic plan re-parses the question for every row.
+    # The lexemes are already stemmed: 'simple' reads them unchanged.
+    tsq = select(func.to_tsquery("simple", tsq_text)).scalar_subquery()
 
     hits: list[Hit] = []
     if "note" in kinds:
@@ -198,6 +196,141 @@ async def full_text(
         )
         hits += [Hit(r[0], "version", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
     return sorted(hits, key=lambda h: -h.score)[:limit]
+
+
+_LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+
+async def _question_tsquery(session: AsyncSession, scope: Scope, query: str) -> str | None:
+    """The tsquery text of a question: its words (stemmed, stop words gone) OR'ed.
+
+    Words found in more than ``fts_common_term_notes`` of the project's notes
+    (``term_stats``, counted by the worker) are dropped: in a big project they
+    would match, and the stage would rank, a large share of all notes, while
+    telling little about which ones answer. If every word is common, all of
+    them must match instead (AND, which the GIN index answers cheaply). At
+    most MAX_TERMS words are kept.
+    """
+    parsed = await session.scalar(select(func.cast(func.plainto_tsquery(FTS_CONFIG, query), Text)))
+    # "'word' & 'other' & 'e-mail' <-> 'e' <-> 'mail'": one group per word.
+    groups = list(dict.fromkeys(g.strip() for g in (parsed or "").split(" & ") if g.strip()))
+    if not groups:
+        return None
+    lexemes = {m.replace("''", "'") for g in groups for m in _LEXEME.findall(g)}
+    common = set(
+        (
+            await session.execute(
+                select(TermStat.lexeme).where(
+                    TermStat.tenant_id == scope.tenant_id,
+                    TermStat.project_id == scope.project_id,
+                    TermStat.lexeme.in_(sorted(lexemes)),
+                )
+            )
+        ).scalars()
+    )
+    rare = [g for g in groups if not {m.replace("''", "'") for m in _LEXEME.findall(g)} <= common]
+    if rare:
+        return " | ".join(rare[:MAX_TERMS])
+    return " & ".join(groups[:MAX_TERMS])
+
+
+async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:
+    """Recount which lexemes appear in more than ``min_notes`` of the project's
+    notes (all of its notes are read: a background job). Returns how many."""
+    await session.execute(
+        delete(TermStat).where(
+            TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
+        )
+    )
+    # ts_stat runs this query with the caller's rights, under row-level
+    # security; the ids are UUIDs, so formatting them in is safe.
+    inner = (
+        "SELECT fts FROM notes WHERE tenant_id = "
+        f"'{uuid.UUID(str(scope.tenant_id))}' AND project_id = '{uuid.UUID(str(scope.project_id))}'"
+    )
+    await session.execute(
+        text(
+            "INSERT INTO term_stats (tenant_id, project_id, lexeme, ndoc) "
+            "SELECT :t, :p, word, ndoc FROM ts_stat(:inner) WHERE ndoc > :min"
+        ),
+        {"t": scope.tenant_id, "p": scope.project_id, "inner": inner, "min": min_notes},
+    )
+    found = int(
+        await session.scalar(
+            select(func.count()).where(
+                TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
+            )
+        )
+        or 0
+    )
+    total = await session.scalar(
+        select(func.count()).where(
+            Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id
+        )
+    )
+    await session.execute(
+        update(Project)
+        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
+        .values(term_stats_at=func.now(), term_stats_notes=total)
+    )
+    return found
+
+
+async def projects_needing_term_stats(
+    session: AsyncSession, *, min_notes: int, max_age_seconds: float, limit: int = 100
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Projects with more than ``min_notes`` notes whose common words were never
+    counted, or not for ``max_age_seconds``, and no count already queued (system)."""
+    rows = await session.execute(
+        text(
+            """
+            SELECT p.tenant_id, p.id FROM projects p
+            WHERE (p.term_stats_at IS NULL
+                   OR p.term_stats_at < now() - make_interval(secs => :age))
+              AND NOT EXISTS (
+                  SELECT 1 FROM jobs j
+                  WHERE j.tenant_id = p.tenant_id AND j.project_id = p.id
+                    AND j.kind = 'term_stats'
+                    AND j.status IN ('pending', 'dispatched', 'running'))
+              AND (SELECT count(*) FROM (
+                      SELECT 1 FROM notes n
+                      WHERE n.tenant_id = p.tenant_id AND n.project_id = p.id
+                      LIMIT :min + 1) s) > :min
+            ORDER BY p.term_stats_at NULLS FIRST
+            LIMIT :limit
+            """
+        ),
+        {"age": max_age_seconds, "min": min_notes, "limit": limit},
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+async def similarity(
+    session: AsyncSession,
+    scope: Scope,
+    note_ids: Sequence[str],
+    *,
+    vector: Sequence[float],
+    model: str,
+) -> dict[str, float]:
+    """Cosine similarity of the given notes' own vectors to ``vector``."""
+    if not note_ids:
+        return {}
+    literal = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+    distance = Embedding.embedding.op("<=>", return_type=Float)(
+        text("CAST(:qv AS vector)").bindparams(qv=literal)
+    )
+    rows = await session.execute(
+        select(Embedding.note_id, distance).where(
+            Embedding.tenant_id == scope.tenant_id,
+            Embedding.project_id == scope.project_id,
+            Embedding.model == model,
+            Embedding.kind == "note",
+            Embedding.dim == len(vector),
+            Embedding.note_id.in_(list(note_ids)),
+        )
+    )
+    return {r[0]: 1.0 - float(r[1]) for r in rows}
 
 
 async def vector_count(session: AsyncSession, scope: Scope, model: str, *, cap: int) -> int:

@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.deps import NoteIdDep, ReadScope, SessionDep
-from app.errors import BadRequest
 from app.notes.schemas import NoteOut
+from app.notes.views import ItemView
 from app.search import context, service
 
 router = APIRouter(prefix="/v1", tags=["search"])
@@ -46,16 +46,28 @@ class SearchRequest(BaseModel):
         description="Recency half-life for this query (0 = no decay); "
         "default: the project's setting, 30 days.",
     )
-    deep: bool = Field(default=False, description="Follow edges (not available yet).")
-    deep_follow_depth: int = Field(default=10, ge=1, le=100)
+    deep: bool = Field(
+        default=False,
+        description="Also follow edges (edge tags such as speaker, extracted relations) "
+        "from the top results, and return what they reach in deep_groups.",
+    )
+    deep_follow_depth: int = Field(default=10, ge=1, le=100, description="Hops to follow.")
 
 
 class ScoredNote(NoteOut):
     score: float
 
 
+class DeepGroup(BaseModel):
+    id: str = Field(description="The top result these notes were reached from.")
+    items: list[ScoredNote] = Field(description="Closest in meaning to the query first.")
+
+
 class SearchResponse(BaseModel):
     notes: list[ScoredNote]
+    deep_groups: list[DeepGroup] = Field(
+        default_factory=list, description="With deep: notes linked to the results."
+    )
     mode: str = Field(description="hybrid, text (no vectors yet) or similar")
     pending_embedding: int = Field(
         description="Notes not yet embedded, so not yet findable by meaning."
@@ -72,17 +84,23 @@ async def search(
     `similar_to`, the notes nearest in meaning to a stored note."""
     result = await _run_find(body, request, scope, session)
     return SearchResponse(
-        notes=[ScoredNote(**NoteOut.of(v).model_dump(), score=s) for v, s in result.items],
+        notes=[_scored(v, s) for v, s in result.items],
+        deep_groups=[
+            DeepGroup(id=primary, items=[_scored(v, s) for v, s in group])
+            for primary, group in result.deep_groups
+        ],
         mode=result.mode,
         pending_embedding=result.pending_embedding,
     )
 
 
+def _scored(view: ItemView, score: float) -> ScoredNote:
+    return ScoredNote(**NoteOut.of(view).model_dump(), score=score)
+
+
 async def _run_find(
     body: SearchRequest, request: Request, scope: Scope, session: AsyncSession
 ) -> service.SearchResult:
-    if body.deep:
-        raise BadRequest("deep find (following edges) is not available yet")
     return await service.find(
         session,
         scope,
@@ -108,6 +126,8 @@ def _find_input(body: SearchRequest) -> service.FindInput:
         bias=body.bias or {},
         stages=body.stages,
         half_life_days=body.half_life_days,
+        deep=body.deep,
+        deep_follow_depth=body.deep_follow_depth,
     )
 
 

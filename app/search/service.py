@@ -20,10 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, Conflict, NotFound
+from app.graph import service as graph
 from app.jobs import repository as jobs
 from app.notes import repository as notes
 from app.notes import tags as tagrules
-from app.notes.ids import InvalidId, normalize_id
+from app.notes.ids import InvalidId, is_system_id, normalize_id
 from app.notes.service import glob_regex, parse_when
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
@@ -53,6 +54,8 @@ class FindInput:
     bias: Mapping[str, float] = field(default_factory=dict)
     stages: str = "hybrid"  # hybrid | vector | text
     half_life_days: float | None = None  # overrides the project's setting
+    deep: bool = False  # follow edges from the top results (deep_groups)
+    deep_follow_depth: int = 10
 
 
 @dataclass(slots=True)
@@ -60,6 +63,11 @@ class SearchResult:
     items: list[tuple[ItemView, float]]
     pending_embedding: int
     mode: str
+    deep_groups: list[tuple[str, list[tuple[ItemView, float]]]] = field(default_factory=list)
+
+
+DEEP_FROM = 10  # top results whose edges deep find follows
+DEEP_PER_GROUP = 10
 
 
 def _filters(data: FindInput, exclude: list[str]) -> repo.Filters:
@@ -100,6 +108,8 @@ async def find(
         raise BadRequest("stages must be hybrid, vector or text")
     if data.half_life_days is not None and data.half_life_days < 0:
         raise BadRequest("half_life_days must be >= 0 (0 turns decay off)")
+    if not 1 <= data.deep_follow_depth <= 100:
+        raise BadRequest("deep_follow_depth must be between 1 and 100")
     kinds = ["note"] + (["part"] if data.include_parts else [])
     kinds += ["version"] if data.include_versions else []
     model = embedder.model_id
@@ -110,6 +120,8 @@ async def find(
     big = stored >= repo.EXACT_BELOW
     fused: dict[tuple[str, str, int], float] = {}
     stamps: dict[tuple[str, str, int], Any] = {}
+    used_vector: list[float] | None = None
+    anchor = ""
 
     if data.similar_to:
         try:
@@ -121,6 +133,7 @@ async def find(
         vector = await vectors.vector_of(session, scope, anchor, model)
         if vector is None:
             raise Conflict(f"note {anchor!r} is not embedded yet; try again shortly")
+        used_vector = list(vector)
         exclude = [] if data.include_self else [anchor]
         for hit in await repo.semantic(
             session,
@@ -150,10 +163,11 @@ async def find(
             )
         sem_hits: list[repo.Hit] = []
         if data.stages in ("hybrid", "vector") and stored > 0:
+            used_vector = list(await cache.get(embedder, query))
             sem_hits = await repo.semantic(
                 session,
                 scope,
-                vector=await cache.get(embedder, query),
+                vector=used_vector,
                 model=model,
                 kinds=kinds,
                 filters=filters,
@@ -202,7 +216,54 @@ async def find(
     top = [(key, round(score, 6)) for key, score in scored[: data.limit]]
     items = await _views(session, scope, top)
     pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
-    return SearchResult(items=items, pending_embedding=pending, mode=mode)
+    groups = []
+    if data.deep:
+        anchor_ids = [] if data.include_self or not data.similar_to else [anchor]
+        groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
+    return SearchResult(items=items, pending_embedding=pending, mode=mode, deep_groups=groups)
+
+
+async def _deep(
+    session: AsyncSession,
+    scope: Scope,
+    data: FindInput,
+    items: list[tuple[ItemView, float]],
+    vector: list[float] | None,
+    model: str,
+    exclude: list[str],
+) -> list[tuple[str, list[tuple[ItemView, float]]]]:
+    """Notes linked to the top results (edge tags, and extracted relations),
+    up to ``deep_follow_depth`` hops either way: one group per top result,
+    ranked by closeness in meaning to the query (or anchor), then by hops.
+    Each note appears once, under the best result that reaches it; stubs
+    (auto-created edge targets) are walked through but not returned."""
+    primaries = list(dict.fromkeys(v.id.split("@")[0] for v, _ in items))[:DEEP_FROM]
+    reached = await graph.walk(session, scope, primaries, depth=data.deep_follow_depth)
+    shown = set(primaries) | set(exclude)
+    owner: dict[str, str] = {}
+    hops: dict[str, int] = {}
+    for primary in primaries:
+        for note_id, n in sorted(reached[primary].items(), key=lambda kv: kv[1]):
+            if note_id in shown or note_id in owner:
+                continue
+            if is_system_id(note_id) and not data.include_hidden:
+                continue
+            owner[note_id] = primary
+            hops[note_id] = n
+    if not owner:
+        return []
+    found = await notes.get_many(session, scope, list(owner))
+    found = {k: n for k, n in found.items() if n.source != graph.STUB_SOURCE}
+    closeness: dict[str, float] = {}
+    if vector is not None:
+        closeness = await repo.similarity(session, scope, list(found), vector=vector, model=model)
+    groups: dict[str, list[tuple[ItemView, float]]] = {}
+    ranked = sorted(found, key=lambda i: (-closeness.get(i, 0.0), hops[i], i))
+    for note_id in ranked:
+        group = groups.setdefault(owner[note_id], [])
+        if len(group) < DEEP_PER_GROUP:
+            group.append((note_view(found[note_id]), round(closeness.get(note_id, 0.0), 6)))
+    return [(p, groups[p]) for p in primaries if groups.get(p)]
 
 
 async def _views(
