@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -163,6 +164,8 @@ class Stack:
 
 @contextmanager
 def running_stack() -> Any:
+    # A benchmark stopped with SIGTERM still stops its servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stack = Stack()
     stack.start()
     try:

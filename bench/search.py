@@ -45,7 +45,8 @@ CACHE = Path(os.environ.get("KEEPMEM_BENCH_CACHE", Path.home() / ".cache" / "kee
 def corpus() -> list[str]:
     path = CACHE / "docstrings.json"
     if path.exists():
-        return list(json.loads(path.read_text()))
+        # Postgres text cannot hold NUL; a few docstrings spell one out.
+        return [p.replace("\x00", " ") for p in json.loads(path.read_text())]
     import sys
     import sysconfig
 

@@ -9,6 +9,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from app.ingest import sanitize
+from app.ingest import service as ingest
 from app.jobs import repository as repo
 from app.jobs.kinds import JobKind, JobStatus
 from app.models import Job
@@ -70,6 +72,8 @@ async def create_task(
         raise BadRequest("content is empty")
     if len(content) > max_chars:
         raise PayloadTooLarge(f"content is {len(content)} characters; the limit is {max_chars}")
+    if await ingest.sanitizing(session, scope):
+        content = sanitize.clean(content)
     return await repo.enqueue(
         session,
         scope,

@@ -23,6 +23,8 @@ from app.embeddings import repository as vectors
 from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
 from app.feed import repository as feed
 from app.graph import service as graph
+from app.ingest import sanitize
+from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.models import Note
@@ -98,6 +100,8 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
     content again (or only new tags) updates in place. Long content gets a
     placeholder summary and a summarize job; every user note gets an embed job.
     """
+    if await ingest.sanitizing(session, scope):
+        data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
     content = data.content
     if content is None:
         if data.uri is None:
@@ -594,6 +598,8 @@ async def tag(
     Tags change in place: no version is archived.
     """
     note_id = _id(raw_id)
+    if set_tags and await ingest.sanitizing(session, scope):
+        set_tags = sanitize.clean_tags(set_tags)
     try:
         deletes, adds = tagrules.user_tag_changes(set_tags)
         deletes |= tagrules.parse_key_list(remove)
@@ -912,6 +918,8 @@ async def request_analysis(
         raise PayloadTooLarge(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
         )
+    if content is not None and await ingest.sanitizing(session, scope):
+        content = sanitize.clean(content)
     if content is None and note.pending_content is None:
         raise Conflict(
             "the note's content is no longer held (keepmem keeps only summaries): "

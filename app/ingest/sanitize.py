@@ -1,0 +1,121 @@
+"""Sanitising at ingest: what must never be stored, summarised, embedded or
+sent to a provider.
+
+``<private>…</private>`` spans are removed (an unclosed one runs to the end:
+better to lose a tail than to keep a secret). Secrets are replaced by
+``[REDACTED:<kind>]``: private key blocks, provider API keys and tokens (AWS,
+GitHub, OpenAI, Anthropic, Slack, Stripe, Google, Hugging Face, keepmem's own),
+JWTs, bearer tokens, passwords in URLs and ``password = …``-style
+assignments. The patterns follow the token formats the providers document;
+they are deliberately specific so ordinary prose is left alone.
+
+On by default; a project turns it off with the setting ``sanitize: false``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
+
+_KEY_BLOCK = re.compile(
+    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----.*?"
+    r"(?:-----END \1PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    re.DOTALL,
+)
+
+# (kind, pattern); the whole match is replaced.
+_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
+    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b")),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("gitlab-token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
+    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("stripe-key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
+    ("huggingface-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("keepmem-key", re.compile(r"\bkm_[a-z0-9]{8}_[A-Za-z0-9_-]{20,}")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+)
+
+_BEARER = re.compile(r"\b(Bearer|Token)(\s+)[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)@", re.IGNORECASE)
+_ASSIGNED = re.compile(
+    r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key"
+    r"|access[_-]?token|auth[_-]?token|client[_-]?secret|private[_-]?key)"
+    r"[\"']?\s*[:=]\s*)([\"']?)([^\s\"',;]{6,})\2"
+)
+
+
+def marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(slots=True)
+class Report:
+    """What was taken out (kinds and counts, never the values)."""
+
+    redacted: dict[str, int] = field(default_factory=dict)
+    private_spans: int = 0
+
+    def add(self, kind: str, n: int = 1) -> None:
+        if n:
+            self.redacted[kind] = self.redacted.get(kind, 0) + n
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.redacted or self.private_spans)
+
+
+def clean(text: str, report: Report | None = None) -> str:
+    """``text`` without private spans and with secrets replaced by markers."""
+    report = report if report is not None else Report()
+    text, n = _PRIVATE.subn("", text)
+    report.private_spans += n
+    text, n = _KEY_BLOCK.subn(marker("private-key"), text)
+    report.add("private-key", n)
+    for kind, pattern in _TOKENS:
+        text, n = pattern.subn(marker(kind), text)
+        report.add(kind, n)
+    text, n = _BEARER.subn(lambda m: f"{m.group(1)}{m.group(2)}{marker('bearer-token')}", text)
+    report.add("bearer-token", n)
+    text, n = _URL_PASSWORD.subn(lambda m: f"{m.group(1)}{marker('url-password')}@", text)
+    report.add("url-password", n)
+
+    def assigned(m: re.Match[str]) -> str:
+        if m.group(3).startswith("[REDACTED:"):
+            return m.group(0)
+        report.add("password")
+        return f"{m.group(1)}{m.group(2)}{marker('password')}{m.group(2)}"
+
+    return _ASSIGNED.sub(assigned, text)
+
+
+def clean_uri(uri: str, report: Report | None = None) -> str:
+    """A URI without the password of its user info (it becomes a note id)."""
+    report = report if report is not None else Report()
+    out, n = _URL_PASSWORD.subn(lambda m: m.group(1)[:-1] + "@", uri)
+    report.add("url-password", n)
+    return out
+
+
+def clean_tags(tags: Mapping[str, Any] | None, report: Report | None = None) -> dict[str, Any]:
+    """Tag values sanitised like text (keys are identifiers: left as they are)."""
+    report = report if report is not None else Report()
+    out: dict[str, Any] = {}
+    for key, value in (tags or {}).items():
+        if isinstance(value, str):
+            out[key] = clean(value, report)
+        elif isinstance(value, list):
+            out[key] = [clean(v, report) if isinstance(v, str) else v for v in value]
+        else:
+            out[key] = value
+    return out
+
+
+def enabled(project_settings: Mapping[str, Any]) -> bool:
+    return project_settings.get("sanitize", True) is not False
