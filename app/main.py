@@ -20,6 +20,7 @@ from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError
 from app.health.router import router as health_router
+from app.ingest.router import router as upload_router
 from app.jobs.router import router as jobs_router
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
@@ -113,9 +114,14 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
 
     app.include_router(health_router)
     app.include_router(notes_router)
+    app.include_router(upload_router)
     app.include_router(search_router)
     app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(admin_router)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        RequestContextMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        max_upload_bytes=settings.max_upload_bytes,
+    )
     return app

@@ -39,14 +39,22 @@ class _TooLarge(Exception):
     pass
 
 
+UPLOAD_PATH = "/v1/upload"
+MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers around the file
+
+
 class RequestContextMiddleware:
     """Gives every request an id (echoing a sane client ``X-Request-ID``),
     refuses bodies over the limit with 413, and keeps percent-encoded
     slashes in ``/v1/notes/{id}`` so note ids may contain ``/``."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        # File uploads carry whole documents: their own (larger) limit.
+        self.max_upload_bytes = max_upload_bytes or max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,9 +71,12 @@ class RequestContextMiddleware:
                 scope = dict(scope)
                 scope["path"] = raw_path.split(b"?", 1)[0].decode("latin-1")
 
-            too_large = f"request body is larger than {self.max_body_bytes} bytes"
+            limit = self.max_body_bytes
+            if scope["path"] == UPLOAD_PATH:
+                limit = self.max_upload_bytes + MULTIPART_OVERHEAD
+            too_large = f"request body is larger than {limit} bytes"
             declared = headers.get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            if declared is not None and declared.isdigit() and int(declared) > limit:
                 await send_error(send, 413, "payload_too_large", too_large, request_id)
                 return
 
@@ -77,7 +88,7 @@ class RequestContextMiddleware:
                 message = await receive()
                 if message["type"] == "http.request":
                     received += len(message.get("body", b""))
-                    if received > self.max_body_bytes:
+                    if received > limit:
                         raise _TooLarge
                 return message
 

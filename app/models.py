@@ -81,6 +81,25 @@ class TermStat(Base):
     ndoc: Mapped[int] = mapped_column(Integer)
 
 
+class Blob(Base):
+    """An image waiting for its OCR job (deleted when the job is done)."""
+
+    __tablename__ = "blobs"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
 class ApiKey(Base):
     __tablename__ = "api_keys"
     __table_args__ = (ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),)
@@ -298,4 +317,5 @@ TENANT_TABLES = (
     "changes",
     "audit_log",
     "term_stats",
+    "blobs",
 )

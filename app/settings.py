@@ -53,6 +53,18 @@ class Settings(BaseSettings):
     max_summary_length: int = 200
     max_list_limit: int = 1000
     max_fts_chars: int = 200_000
+    max_upload_bytes: int = Field(
+        default=25 * 1024 * 1024, description="Largest file accepted by POST /v1/upload."
+    )
+    max_pdf_pages: int = Field(default=1000, description="PDF pages read per document.")
+
+    # Fetching URIs (put by uri). Non-public addresses are refused unless listed.
+    fetch_max_bytes: int = Field(default=50 * 1024 * 1024, description="Largest document fetched.")
+    fetch_timeout_seconds: float = Field(default=30.0, description="Deadline of one fetch.")
+    fetch_allow_networks: list[str] = Field(
+        default_factory=list,
+        description="CIDRs that may be fetched although not public (e.g. an intranet wiki).",
+    )
     rate_limit_per_minute: int = Field(
         default=1200, description="Requests per minute per API key; 0 disables."
     )
@@ -69,6 +81,13 @@ class Settings(BaseSettings):
     embedding_batch_size: int = 8
     embedding_spin: bool = Field(
         default=False, description="Let onnxruntime threads busy-wait (faster on a dedicated host)."
+    )
+    ocr_provider: str = Field(
+        default="rapidocr", description="rapidocr (offline, in its wheel) or tesseract."
+    )
+    graph_provider: str = Field(
+        default="spacy",
+        description="Entities and relations: spacy (offline) or openai (OpenAI-compatible).",
     )
     summarization_provider: str = Field(
         default="extractive",

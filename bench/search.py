@@ -366,6 +366,8 @@ def main() -> None:
                     session, scope_for_job(big, projects[big]), min_notes=2000
                 )
                 stats_s = time.perf_counter() - t
+            await app.dispose()  # its connections belong to this event loop
+            await owner.dispose()
             return {
                 "rows": rows,
                 "load_s": loaded,
@@ -390,6 +392,7 @@ def main() -> None:
                     "small_tenant_rare_tag_recall@10": r_small,
                     "small_tenant_ann_p50_ms": t_small,
                 }
+            await app.dispose()
             return out
 
         results["recall_vs_exact"] = asyncio.run(recalls())
@@ -406,8 +409,6 @@ def main() -> None:
                 http_latency(url, small_key, qtexts, c, tag)
             )
         results["find_http_ms"] = lat
-        asyncio.run(owner.dispose())
-        asyncio.run(app.dispose())
     print(json.dumps(results, indent=2))
 
 

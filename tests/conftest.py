@@ -69,6 +69,7 @@ def settings(stack: Stack) -> Settings:
         secret_key=SecretStr(SECRET),
         admin_token=SecretStr(ADMIN_TOKEN),
         max_body_bytes=256 * 1024,
+        max_upload_bytes=2 * 1024 * 1024,
         max_content_chars=100_000,
     )
 

@@ -35,7 +35,7 @@ class DocServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 routes.hits.append(path)
                 if path in ("/huge", "/endless"):

@@ -56,7 +56,7 @@ def test_public_addresses() -> None:
     ],
 )
 async def test_private_targets_are_refused_before_any_request(url: str) -> None:
-    with pytest.raises(FetchRefused, match="refusing|resolve"):
+    with pytest.raises(FetchRefused, match=r"refusing|resolve"):
         await fetch(url, STRICT)
 
 

@@ -128,7 +128,7 @@ async def test_ids_with_slashes_and_percent_round_trip(client, tenant) -> None:
         ({"content": "x", "tags": {"k": "v" * 5000}}, 400),
         ({"content": "x", "created_at": "yesterday-ish"}, 400),
         ({"content": 5}, 422),
-        ({"uri": "https://example.com/x"}, 422),
+        ({"uri": "ftp://example.com/x"}, 400),  # only http(s) can be fetched
         ({"content": "   "}, 422),
     ],
 )

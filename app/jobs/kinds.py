@@ -11,6 +11,9 @@ class JobKind(StrEnum):
     ANALYZE = "analyze"
     REINDEX = "reindex"
     TASK = "task"  # keep's task delegation (/v1/tasks): work on content sent with the task
+    FETCH = "fetch"  # put by URI: fetch, read, sanitise, then store as content
+    OCR = "ocr"  # recognise the text of an upload's images, then store it
+    EXTRACT_GRAPH = "extract_graph"  # entities and relations of a note
     TERM_STATS = "term_stats"  # count a big project's common words (find's full-text stage)
 
 

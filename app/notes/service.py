@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import re
@@ -42,6 +43,7 @@ from app.notes.ids import (
 )
 from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, part_view, split_system, version_view
+from app.settings import Settings
 from app.timeutil import keep_ts, parse_timestamp, utcnow
 
 
@@ -59,6 +61,21 @@ def _id(raw: str, what: str = "id") -> str:
         return normalize_id(raw)
     except InvalidId as exc:
         raise BadRequest(f"invalid {what}: {exc}") from exc
+
+
+def limits_of(settings: Settings) -> Limits:
+    return Limits(
+        max_content_chars=settings.max_content_chars,
+        max_summary_chars=settings.max_summary_chars,
+        max_summary_length=settings.max_summary_length,
+        max_list_limit=settings.max_list_limit,
+        max_fts_chars=settings.max_fts_chars,
+    )
+
+
+def valid_id(raw: str, what: str = "id") -> str:
+    """A normalised note id, or 400."""
+    return _id(raw, what)
 
 
 def _tag_error(exc: ValueError) -> BadRequest:
@@ -91,6 +108,8 @@ class PutInput:
     force: bool = False
     content_type: str | None = None
     analyze: bool = False
+    #: The content stands in for a document a job of this kind will deliver.
+    placeholder: str | None = None
 
 
 async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits) -> ItemView:
@@ -106,10 +125,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
     if content is None:
         if data.uri is None:
             raise Unprocessable("put needs content or uri")
-        raise Unprocessable(
-            "fetching a uri is not available yet: send the document's text as content "
-            "together with its uri"
-        )
+        return await _put_by_uri(session, scope, data=data, limits=limits)
     if len(content) > limits.max_content_chars:
         raise PayloadTooLarge(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
@@ -152,6 +168,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
         content_type=data.content_type or "text/markdown",
         uri=data.uri,
         limits=limits,
+        placeholder=data.placeholder,
     )
     if data.analyze and not is_system_id(note_id):
         # Hold the content for the analysis even when it did not change.
@@ -183,9 +200,11 @@ async def _write(
     content_type: str,
     uri: str | None,
     limits: Limits,
+    placeholder: str | None = None,
 ) -> ItemView:
     now = utcnow()
-    system_note = is_system_id(note_id)
+    # A placeholder is neither embedded nor summarised: the real text follows.
+    system_note = is_system_id(note_id) or placeholder is not None
     content_hash = _hash(content)
     needs_summary = False
     explicit_summary = summary is not None
@@ -213,6 +232,8 @@ async def _write(
     }
     if uri:
         stored_system["_source_uri"] = uri
+    if placeholder:
+        stored_system[PENDING_TAG] = placeholder
     if not needs_summary:
         stored_system["_summarized_hash"] = content_hash[:10]
     all_tags = {**user_tags, **stored_system}
@@ -267,7 +288,7 @@ async def _write(
     values: dict[str, Any] = {"tags": all_tags, "tag_index": tagrules.index_terms(user_tags)}
     if created_override is not None:
         values["created_at"] = created_override
-    if content_changed:
+    if content_changed and PENDING_TAG not in existing.tags:
         version = await repo.archive_current(session, scope, note_id)
         await vectors.archive_note_vectors(session, scope, note_id, version)
         await feed.record(
@@ -277,6 +298,7 @@ async def _write(
             entity_id=note_id,
             payload={"version": version},
         )
+    if content_changed:
         await vectors.delete_for_note(session, scope, note_id, kind="part")
         if await repo.delete_parts(session, scope, note_id):
             await feed.record(session, scope, mutation="part_delete", entity_id=note_id)
@@ -324,6 +346,47 @@ async def _write(
         await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
     open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
     return note_view(note, changed=changed, pending=pending or open_jobs.get(note_id, []))
+
+
+PENDING_TAG = "_pending_document"
+
+
+async def _put_by_uri(
+    session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits
+) -> ItemView:
+    """Put by URI alone: the note (id = the normalised URI) gets a placeholder
+    at once and a fetch job; the document's text replaces the placeholder when
+    the worker has fetched, read and sanitised it (no version is kept of the
+    placeholder). An existing note keeps its content until then."""
+    uri = data.uri or ""
+    note_id = _id(data.id or uri, "id" if data.id else "uri")
+    if not uri.lower().startswith(("http://", "https://")):
+        raise BadRequest(f"only http and https URIs can be fetched, not {uri!r}")
+    try:
+        tagrules.user_tag_changes(data.tags)  # invalid tags fail now, not in the worker
+    except tagrules.InvalidTags as exc:
+        raise _tag_error(exc) from exc
+    existing = await repo.get(session, scope, note_id)
+    if existing is None:
+        view = await put(
+            session,
+            scope,
+            data=dataclasses.replace(
+                data, id=note_id, content=f"{uri} (being fetched)", placeholder="fetch"
+            ),
+            limits=limits,
+        )
+    else:
+        view = note_view(existing)
+    await jobs.enqueue(
+        session,
+        scope,
+        kind=JobKind.FETCH,
+        note_id=note_id,
+        payload={"uri": uri, "tags": dict(data.tags or {}), "analyze": data.analyze},
+    )
+    view.pending = sorted({*view.pending, JobKind.FETCH.value})
+    return view
 
 
 async def _enqueue_processing(

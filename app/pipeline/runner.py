@@ -25,13 +25,18 @@ from app.auth.scope import Scope, scope_for_job
 from app.db import Database
 from app.embeddings import repository as vectors
 from app.feed import repository as feed
+from app.ingest import documents
+from app.ingest.fetch import FetchPolicy, fetch
 from app.jobs import repository as jobs
 from app.jobs.kinds import CONTENT_KINDS, JobKind
 from app.models import Job, Note
 from app.notes import repository as notes
+from app.notes.service import limits_of
 from app.pipeline.split import split_parts
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.errors import PermanentError, ProviderError
+from app.providers.ocr.base import OCR
+from app.providers.ocr.base import registry as ocr_engines
 from app.providers.summarization.base import RelatedNote, Summarizer
 from app.search import repository as search
 from app.settings import Settings
@@ -48,6 +53,13 @@ class Pipeline:
     embedder: Embedder
     summarizer: Summarizer
     query_cache: QueryCache
+    ocr_engine: OCR | None = None
+
+    def ocr(self) -> OCR:
+        """The OCR engine, loaded on first use (most workers never need it)."""
+        if self.ocr_engine is None:
+            self.ocr_engine = ocr_engines.create(self.settings.ocr_provider)
+        return self.ocr_engine
 
     async def aclose(self) -> None:
         await self.embedder.aclose()
@@ -401,6 +413,80 @@ async def _task(state: _Run) -> None:
         await state.finish(session, output)
 
 
+async def _fetch(state: _Run) -> None:
+    """Put by URI: fetch (SSRF-checked), read, OCR what has no text, sanitise,
+    store as the note's content (which queues embedding and summary)."""
+    p, job = state.pipeline, state.job
+    uri = str(job.payload.get("uri", ""))
+    policy = FetchPolicy.of(
+        max_bytes=p.settings.fetch_max_bytes,
+        timeout_seconds=p.settings.fetch_timeout_seconds,
+        allow_networks=p.settings.fetch_allow_networks,
+    )
+    got = await fetch(uri, policy)
+    doc = await documents.read(
+        got.data,
+        content_type=got.content_type,
+        charset=got.charset,
+        max_pdf_pages=p.settings.max_pdf_pages,
+    )
+    text, found = doc.text, dict(doc.tags)
+    if doc.images:
+        seen, confidence = await documents.recognize(p.ocr(), doc.images)
+        text = "\n\n".join(t for t in (text, seen) if t.strip())
+        if seen:
+            found["ocr_confidence"] = f"{confidence:.2f}"
+    async with p.db.tenant_transaction(state.scope.tenant_id) as session:
+        if await notes.get(session, state.scope, job.note_id or "") is None:
+            await state.finish(session, {"skipped": "note deleted"})
+            return
+        await documents.store(
+            session,
+            state.scope,
+            note_id=job.note_id or "",
+            text=text,
+            found_tags=found,
+            user_tags=job.payload.get("tags") or {},
+            content_type=doc.kind,
+            limits=limits_of(p.settings),
+            uri=uri,
+            analyze=bool(job.payload.get("analyze")),
+        )
+        result = {"url": got.url, "bytes": len(got.data), "type": doc.kind, "chars": len(text)}
+        await state.finish(session, result | ({"note": doc.note} if doc.note else {}))
+
+
+async def _ocr(state: _Run) -> None:
+    """An upload's images: recognise their text, then store the whole text
+    (text layer + OCR) as the note's content, replacing the placeholder."""
+    p, job = state.pipeline, state.job
+    async with p.db.tenant_transaction(state.scope.tenant_id) as session:
+        images = await documents.held_images(session, state.scope, job.id)
+    seen, confidence = await documents.recognize(p.ocr(), images)
+    text = "\n\n".join(t for t in (str(job.payload.get("text") or ""), seen) if t.strip())
+    found = dict(job.payload.get("tags") or {})
+    if seen:
+        found["ocr_confidence"] = f"{confidence:.2f}"
+    async with p.db.tenant_transaction(state.scope.tenant_id) as session:
+        await documents.release_images(session, state.scope, job.id)
+        if await notes.get(session, state.scope, job.note_id or "") is None:
+            await state.finish(session, {"skipped": "note deleted"})
+            return
+        await documents.store(
+            session,
+            state.scope,
+            note_id=job.note_id or "",
+            text=text,
+            found_tags=found,
+            user_tags=job.payload.get("user_tags") or {},
+            content_type=str(job.payload.get("content_type") or "image/png"),
+            limits=limits_of(p.settings),
+        )
+        await state.finish(
+            session, {"images": len(images), "chars": len(seen), "confidence": confidence}
+        )
+
+
 async def _term_stats(state: _Run) -> None:
     """Count the project's common words for find's full-text stage."""
     p = state.pipeline
@@ -425,4 +511,6 @@ HANDLERS: dict[JobKind, Callable[[list[_Run]], Awaitable[None]]] = {
     JobKind.ANALYZE: _one(_analyze),
     JobKind.TASK: _one(_task),
     JobKind.TERM_STATS: _one(_term_stats),
+    JobKind.FETCH: _one(_fetch),
+    JobKind.OCR: _one(_ocr),
 }
