@@ -19,6 +19,7 @@ from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError
+from app.graph.router import router as graph_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
 from app.jobs.router import router as jobs_router
@@ -115,6 +116,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(health_router)
     app.include_router(notes_router)
     app.include_router(upload_router)
+    app.include_router(graph_router)
     app.include_router(search_router)
     app.include_router(jobs_router)
     app.include_router(keys_router)

@@ -81,6 +81,52 @@ class TermStat(Base):
     ndoc: Mapped[int] = mapped_column(Integer)
 
 
+def _project_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+    )
+
+
+class GraphEntity(Base):
+    """Someone or something notes mention (graph extraction)."""
+
+    __tablename__ = "entities"
+    __table_args__ = (_project_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    key: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)  # kind:casefolded name
+    name: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Mention(Base):
+    __tablename__ = "mentions"
+    __table_args__ = (_project_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    entity_key: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    span_start: Mapped[int] = mapped_column(Integer, primary_key=True)
+    span_end: Mapped[int] = mapped_column(Integer)
+
+
+class GraphRelation(Base):
+    __tablename__ = "relations"
+    __table_args__ = (_project_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    subject_key: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    predicate: Mapped[str] = mapped_column(Text, primary_key=True)
+    object_key: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    span_start: Mapped[int] = mapped_column(Integer)
+    span_end: Mapped[int] = mapped_column(Integer)
+
+
 class Blob(Base):
     """An image waiting for its OCR job (deleted when the job is done)."""
 
@@ -318,4 +364,7 @@ TENANT_TABLES = (
     "audit_log",
     "term_stats",
     "blobs",
+    "entities",
+    "mentions",
+    "relations",
 )

@@ -87,8 +87,12 @@ class Settings(BaseSettings):
     )
     graph_provider: str = Field(
         default="spacy",
-        description="Entities and relations: spacy (offline) or openai (OpenAI-compatible).",
+        description="Entities and relations: spacy (offline), openai (OpenAI-compatible) "
+        "or none (no extract_graph jobs).",
     )
+    graph_model: str = "gpt-4o-mini"
+    graph_base_url: str = ""
+    graph_api_key: SecretStr | None = None
     summarization_provider: str = Field(
         default="extractive",
         description="passthrough | truncate | first_paragraph | extractive | openai | anthropic",

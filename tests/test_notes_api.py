@@ -29,7 +29,7 @@ async def test_put_short_content_is_its_own_summary(client, tenant) -> None:
     for key in ("_created", "_updated", "_updated_date", "_accessed", "_source", "_content_type"):
         assert key in note["tags"]
     assert note["tags"]["_source"] == "inline"
-    assert note["pending"] == ["embed"]
+    assert note["pending"] == ["embed", "extract_graph"]
 
 
 async def test_put_long_content_gets_placeholder_and_summarize_job(client, tenant) -> None:
@@ -37,7 +37,7 @@ async def test_put_long_content_gets_placeholder_and_summarize_job(client, tenan
     note = await put(client, tenant, content=text, id="long")
     assert note["summary"].endswith("...")
     assert len(note["summary"]) == 203
-    assert sorted(note["pending"]) == ["embed", "summarize"]
+    assert sorted(note["pending"]) == ["embed", "extract_graph", "summarize"]
 
 
 async def test_put_without_id_is_content_addressed(client, tenant) -> None:

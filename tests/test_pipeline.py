@@ -53,8 +53,9 @@ async def test_long_note_is_summarised_embedded_and_content_let_go(
     client, tenant, make_pipeline, db: Database
 ) -> None:
     note = await put(client, tenant, content=LONG, id="diary")
-    assert note["summary"].endswith("...") and set(note["pending"]) == {"embed", "summarize"}
-    assert await run_all(make_pipeline(), client, tenant) == ["done", "done"]
+    assert note["summary"].endswith("...")
+    assert set(note["pending"]) == {"embed", "summarize", "extract_graph"}
+    assert await run_all(make_pipeline(), client, tenant) == ["done", "done", "done"]
     got = (await client.get(path("diary"), headers=tenant.headers)).json()
     assert got["pending"] == []
     assert not got["summary"].endswith("...")
@@ -72,7 +73,7 @@ async def test_long_note_is_summarised_embedded_and_content_let_go(
     assert row.pending_content is None  # original content not kept past the work
     assert (row.model, row.dim) == ("local:all-MiniLM-L6-v2", 384)
     done = await jobs_of(client, tenant, status="done")
-    assert {j["kind"] for j in done} == {"embed", "summarize"}
+    assert {j["kind"] for j in done} == {"embed", "summarize", "extract_graph"}
     assert all(j["attempts"] == 1 for j in done)
 
 
@@ -305,9 +306,9 @@ async def test_task_delegation_api(client, tenant, other_tenant, make_pipeline) 
 async def test_jobs_api_filters_and_isolation(client, tenant, other_tenant) -> None:
     await put(client, tenant, content=LONG, id="j1")
     all_jobs = await jobs_of(client, tenant)
-    assert {j["kind"] for j in all_jobs} == {"embed", "summarize"}
+    assert {j["kind"] for j in all_jobs} == {"embed", "summarize", "extract_graph"}
     assert [j["kind"] for j in await jobs_of(client, tenant, kind="embed")] == ["embed"]
-    assert len(await jobs_of(client, tenant, note_id="j1")) == 2
+    assert len(await jobs_of(client, tenant, note_id="j1")) == 3
     assert await jobs_of(client, other_tenant) == []
     r = await client.get(f"/v1/jobs/{all_jobs[0]['id']}", headers=other_tenant.headers)
     assert r.status_code == 404

@@ -120,7 +120,7 @@ async def test_worker_process_embeds_summarises_and_analyses(env: Env) -> None:
     r = await env.client.post(
         "/v1/notes", json={"content": LONG, "id": "ops", "analyze": True}, headers=env.headers
     )
-    assert set(r.json()["pending"]) == {"embed", "summarize", "analyze"}
+    assert set(r.json()["pending"]) == {"embed", "summarize", "analyze", "extract_graph"}
     env.start_worker()
     await wait_for(lambda: no_open_jobs(env))
     note = (await env.client.get("/v1/notes/ops", headers=env.headers)).json()
@@ -132,7 +132,12 @@ async def test_worker_process_embeds_summarises_and_analyses(env: Env) -> None:
     )
     assert r.json()["notes"][0]["id"] == "ops"
     done = (await env.client.get("/v1/jobs", params={"status": "done"}, headers=env.headers)).json()
-    assert sorted(j["kind"] for j in done["jobs"]) == ["analyze", "embed", "summarize"]
+    assert sorted(j["kind"] for j in done["jobs"]) == [
+        "analyze",
+        "embed",
+        "extract_graph",
+        "summarize",
+    ]
 
 
 async def test_killed_worker_mid_job_loses_nothing_and_does_nothing_twice(env: Env) -> None:
@@ -207,4 +212,4 @@ async def test_redis_down_while_putting_loses_no_jobs(env: Env, stack: Stack) ->
                 text("SELECT count(*) FROM jobs WHERE note_id LIKE 'n%' AND status = 'done'")
             )
         ).scalar_one()
-    assert embedded == 12 and done == 24  # embed + summarize for each
+    assert embedded == 12 and done == 36  # embed, summarize and extract_graph for each

@@ -18,7 +18,7 @@ class JobKind(StrEnum):
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.
-CONTENT_KINDS = ("embed", "summarize", "analyze")
+CONTENT_KINDS = ("embed", "summarize", "analyze", "extract_graph")
 
 
 class JobStatus(StrEnum):

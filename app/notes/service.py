@@ -54,6 +54,7 @@ class Limits:
     max_summary_length: int = 200
     max_list_limit: int = 1000
     max_fts_chars: int = 200_000
+    graph_extraction: bool = True  # queue extract_graph jobs (graph_provider != "none")
 
 
 def _id(raw: str, what: str = "id") -> str:
@@ -70,6 +71,7 @@ def limits_of(settings: Settings) -> Limits:
         max_summary_length=settings.max_summary_length,
         max_list_limit=settings.max_list_limit,
         max_fts_chars=settings.max_fts_chars,
+        graph_extraction=settings.graph_provider != "none",
     )
 
 
@@ -275,6 +277,7 @@ async def _write(
             needs_summary=needs_summary,
             content_hash=content_hash,
             existed=False,
+            graph_extraction=limits.graph_extraction,
         )
         return note_view(inserted, changed=True, pending=queued)
 
@@ -341,6 +344,7 @@ async def _write(
             system_note=system_note,
             needs_summary=needs_summary,
             content_hash=content_hash,
+            graph_extraction=limits.graph_extraction,
         )
     if changed:
         await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
@@ -398,6 +402,7 @@ async def _enqueue_processing(
     needs_summary: bool,
     content_hash: str,
     existed: bool = True,
+    graph_extraction: bool = True,
 ) -> list[str]:
     """Outbox rows for the work a write causes, in the write's own transaction."""
     if system_note:
@@ -405,6 +410,8 @@ async def _enqueue_processing(
     kinds = [JobKind.EMBED]
     if needs_summary:
         kinds.append(JobKind.SUMMARIZE)
+    if graph_extraction:
+        kinds.append(JobKind.EXTRACT_GRAPH)
     for kind in kinds:
         await jobs.enqueue(
             session,

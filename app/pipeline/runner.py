@@ -25,6 +25,7 @@ from app.auth.scope import Scope, scope_for_job
 from app.db import Database
 from app.embeddings import repository as vectors
 from app.feed import repository as feed
+from app.graph import service as graph
 from app.ingest import documents
 from app.ingest.fetch import FetchPolicy, fetch
 from app.jobs import repository as jobs
@@ -35,6 +36,8 @@ from app.notes.service import limits_of
 from app.pipeline.split import split_parts
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.errors import PermanentError, ProviderError
+from app.providers.factory import make_graph_extractor
+from app.providers.graph.base import GraphExtractor
 from app.providers.ocr.base import OCR
 from app.providers.ocr.base import registry as ocr_engines
 from app.providers.summarization.base import RelatedNote, Summarizer
@@ -54,6 +57,13 @@ class Pipeline:
     summarizer: Summarizer
     query_cache: QueryCache
     ocr_engine: OCR | None = None
+    graph_extractor: GraphExtractor | None = None
+
+    def graph(self) -> GraphExtractor:
+        """The entity/relation extractor, loaded on first use."""
+        if self.graph_extractor is None:
+            self.graph_extractor = make_graph_extractor(self.settings)
+        return self.graph_extractor
 
     def ocr(self) -> OCR:
         """The OCR engine, loaded on first use (most workers never need it)."""
@@ -64,6 +74,8 @@ class Pipeline:
     async def aclose(self) -> None:
         await self.embedder.aclose()
         await self.summarizer.aclose()
+        if self.graph_extractor is not None:
+            await self.graph_extractor.aclose()
 
 
 def _stale(job: Job, note: Note | None) -> str | None:
@@ -332,6 +344,27 @@ async def _summarize(state: _Run) -> None:
         )
 
 
+async def _extract_graph(state: _Run) -> None:
+    """Entities and relations of the note's text (its content while held, else
+    its summary), stored with the spans they came from."""
+    p, scope, job = state.pipeline, state.scope, state.job
+    async with p.db.tenant_transaction(scope.tenant_id) as session:
+        note = await notes.get(session, scope, job.note_id or "")
+        if (reason := _stale(job, note)) is not None or note is None:
+            await state.finish(session, {"skipped": reason})
+            return
+        text, seen_hash = note.pending_content or note.summary, note.content_hash
+    found = await p.graph().extract(text)
+    async with p.db.tenant_transaction(scope.tenant_id) as session:
+        note = await notes.get(session, scope, job.note_id or "", lock=True)
+        if note is None or note.content_hash != seen_hash:
+            await state.finish(session, {"skipped": "superseded"})
+            return
+        counts = await graph.store_extraction(session, scope, note.id, found)
+        await _release_content(session, [state], [note])
+        await state.finish(session, counts | {"extractor": p.graph().name})
+
+
 async def _analyze(state: _Run) -> None:
     p, scope, job = state.pipeline, state.scope, state.job
     async with p.db.tenant_transaction(scope.tenant_id) as session:
@@ -513,4 +546,5 @@ HANDLERS: dict[JobKind, Callable[[list[_Run]], Awaitable[None]]] = {
     JobKind.TERM_STATS: _one(_term_stats),
     JobKind.FETCH: _one(_fetch),
     JobKind.OCR: _one(_ocr),
+    JobKind.EXTRACT_GRAPH: _one(_extract_graph),
 }

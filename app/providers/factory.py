@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from app.providers.embedding.base import Embedder
 from app.providers.embedding.base import registry as embedders
+from app.providers.graph.base import GraphExtractor
+from app.providers.graph.base import registry as graph_extractors
 from app.providers.summarization.base import Summarizer
 from app.providers.summarization.base import registry as summarizers
 from app.settings import Settings
@@ -37,3 +39,12 @@ def make_summarizer(settings: Settings) -> Summarizer:
         api_key=key,
         base_url=settings.summarization_base_url,
     )
+
+
+def make_graph_extractor(settings: Settings) -> GraphExtractor:
+    if settings.graph_provider == "openai":
+        key = settings.graph_api_key.get_secret_value() if settings.graph_api_key else ""
+        return graph_extractors.create(
+            "openai", model=settings.graph_model, api_key=key, base_url=settings.graph_base_url
+        )
+    return graph_extractors.create(settings.graph_provider)

@@ -7,6 +7,7 @@ results the way filtering an approximate index scan afterwards would.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Sequence
@@ -14,7 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, Text, and_, delete, func, literal_column, select, text, update
+from sqlalchemy import (
+    Float,
+    Text,
+    and_,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -23,6 +36,7 @@ from app.models import Embedding, Note, NoteVersion, Part, Project, TermStat
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
+N_CAP = 100_000  # counting a project's notes for BM25 stops here (before the worker's count)
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
 
 
@@ -147,7 +161,7 @@ async def full_text(
     filters: Filters,
     limit: int,
 ) -> list[Hit]:
-    """Full-text matches (notes, parts, versions), best ``ts_rank_cd`` first.
+    """Full-text matches (notes, parts, versions), best BM25 score first.
 
     Questions are natural language: any of their (stemmed, non-stop) words
     may match, and notes matching more of them rank higher. Requiring all of
@@ -155,9 +169,13 @@ async def full_text(
     In a big project the question's common words are left out (see
     ``_question_tsquery``).
     """
-    tsq_text = await _question_tsquery(session, scope, query)
-    if tsq_text is None:
+    question = await _question_tsquery(session, scope, query)
+    if question is None:
         return []
+    tsq_text, lexemes = question
+    idfs, avgdl = await _term_weights(session, scope, lexemes)
+    terms = literal(lexemes, ARRAY(Text))
+    weights = literal(idfs, ARRAY(Float))
     # A scalar subquery: Postgres evaluates it once per query (an InitPlan).
     # Written inline, a generic plan re-parses the question for every row.
     # The lexemes are already stemmed: 'simple' reads them unchanged.
@@ -165,7 +183,7 @@ async def full_text(
 
     hits: list[Hit] = []
     if "note" in kinds:
-        rank = func.ts_rank_cd(Note.fts, tsq)
+        rank = func.keepmem_bm25(Note.fts, terms, weights, avgdl)
         stmt = (
             select(Note.id, rank.label("r"), Note.updated_at)
             .where(*_note_filters(scope, filters), Note.fts.op("@@")(tsq))
@@ -174,7 +192,7 @@ async def full_text(
         )
         hits += [Hit(r[0], "note", 0, float(r[1]), r[2]) for r in await session.execute(stmt)]
     if "part" in kinds:
-        rank = func.ts_rank_cd(Part.fts, tsq)
+        rank = func.keepmem_bm25(Part.fts, terms, weights, avgdl)
         stmt = (
             select(Part.note_id, Part.part_num, rank.label("r"), Note.updated_at)
             .join(Note, _joins_note(Part, Part.note_id))
@@ -184,7 +202,7 @@ async def full_text(
         )
         hits += [Hit(r[0], "part", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
     if "version" in kinds:
-        rank = func.ts_rank_cd(NoteVersion.fts, tsq)
+        rank = func.keepmem_bm25(NoteVersion.fts, terms, weights, avgdl)
         stmt = (
             select(
                 NoteVersion.note_id, NoteVersion.version, rank.label("r"), NoteVersion.updated_at
@@ -201,8 +219,11 @@ async def full_text(
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
 
 
-async def _question_tsquery(session: AsyncSession, scope: Scope, query: str) -> str | None:
-    """The tsquery text of a question: its words (stemmed, stop words gone) OR'ed.
+async def _question_tsquery(
+    session: AsyncSession, scope: Scope, query: str
+) -> tuple[str, list[str]] | None:
+    """The tsquery text of a question, its words (stemmed, stop words gone)
+    OR'ed, and the lexemes BM25 scores.
 
     Words found in more than ``fts_common_term_notes`` of the project's notes
     (``term_stats``, counted by the worker) are dropped: in a big project they
@@ -229,9 +250,49 @@ async def _question_tsquery(session: AsyncSession, scope: Scope, query: str) -> 
         ).scalars()
     )
     rare = [g for g in groups if not {m.replace("''", "'") for m in _LEXEME.findall(g)} <= common]
+    chosen = (rare or groups)[:MAX_TERMS]
+    scored = list(dict.fromkeys(m.replace("''", "'") for g in chosen for m in _LEXEME.findall(g)))
     if rare:
-        return " | ".join(rare[:MAX_TERMS])
-    return " & ".join(groups[:MAX_TERMS])
+        return " | ".join(chosen), scored
+    return " & ".join(chosen), scored
+
+
+async def _term_weights(
+    session: AsyncSession, scope: Scope, lexemes: Sequence[str]
+) -> tuple[list[float], float]:
+    """BM25's inverse document frequencies of the lexemes in this project, and
+    its average document length (from a sample), in one round trip. The
+    project's size is the worker's last count, else counted up to a cap."""
+    row = (
+        await session.execute(
+            text(
+                """
+                SELECT
+                  coalesce(
+                    (SELECT term_stats_notes FROM projects WHERE tenant_id = :t AND id = :p),
+                    (SELECT count(*) FROM (SELECT 1 FROM notes
+                       WHERE tenant_id = :t AND project_id = :p LIMIT :cap) s)),
+                  (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
+                     WHERE tenant_id = :t AND project_id = :p LIMIT 1000) s),
+                  array(SELECT (SELECT count(*) FROM notes
+                                WHERE tenant_id = :t AND project_id = :p
+                                  AND fts @@ to_tsquery('simple', quote_literal(l.lexeme)))
+                        FROM unnest(CAST(:lexemes AS text[])) WITH ORDINALITY AS l(lexeme, i)
+                        ORDER BY l.i)
+                """
+            ),
+            {
+                "t": scope.tenant_id,
+                "p": scope.project_id,
+                "cap": N_CAP,
+                "lexemes": list(lexemes),
+            },
+        )
+    ).one()
+    total, avgdl, dfs = int(row[0] or 0), float(row[1] or 1.0), list(row[2] or [])
+    total = max(total, max(dfs, default=0))
+    idfs = [math.log(1 + (total - df + 0.5) / (df + 0.5)) for df in dfs]
+    return idfs, avgdl
 
 
 async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:

@@ -232,19 +232,22 @@ async def _deep(
     model: str,
     exclude: list[str],
 ) -> list[tuple[str, list[tuple[ItemView, float]]]]:
-    """Notes linked to the top results (edge tags, and extracted relations),
-    up to ``deep_follow_depth`` hops either way: one group per top result,
+    """Notes linked to the top results (edge tags, shared entities, relations
+    between entities), up to ``deep_follow_depth`` hops either way: one group per top result,
     ranked by closeness in meaning to the query (or anchor), then by hops.
     Each note appears once, under the best result that reaches it; stubs
     (auto-created edge targets) are walked through but not returned."""
     primaries = list(dict.fromkeys(v.id.split("@")[0] for v, _ in items))[:DEEP_FROM]
-    reached = await graph.walk(session, scope, primaries, depth=data.deep_follow_depth)
+    reached = await graph.walk(
+        session, scope, [("note", p) for p in primaries], depth=data.deep_follow_depth
+    )
     shown = set(primaries) | set(exclude)
     owner: dict[str, str] = {}
     hops: dict[str, int] = {}
     for primary in primaries:
-        for note_id, n in sorted(reached[primary].items(), key=lambda kv: kv[1]):
-            if note_id in shown or note_id in owner:
+        walked = reached[("note", primary)].items()
+        for (kind, note_id), (n, _, _) in sorted(walked, key=lambda kv: kv[1][0]):
+            if kind != "note" or note_id in shown or note_id in owner:
                 continue
             if is_system_id(note_id) and not data.include_hidden:
                 continue

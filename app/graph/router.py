@@ -1,0 +1,60 @@
+"""Graph routes: a note's entities, an entity's notes, walks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from app.deps import NoteIdDep, ReadScope, SessionDep
+from app.graph import service
+
+router = APIRouter(prefix="/v1", tags=["graph"])
+
+
+@router.get("/notes/{note_id}/entities", summary="A note's entities and relations")
+async def note_entities(
+    note_id: NoteIdDep, scope: ReadScope, session: SessionDep
+) -> dict[str, Any]:
+    """The people, organisations, places … the note mentions (with character
+    spans) and the relations between them it states (graph extraction)."""
+    return await service.note_graph(session, scope, note_id)
+
+
+@router.get("/entities", summary="List entities")
+async def list_entities(
+    scope: ReadScope,
+    session: SessionDep,
+    name: Annotated[str | None, Query(description="Name prefix, any case.")] = None,
+    kind: Annotated[str | None, Query(description="person, org, place, group, …")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    """Entities of the project, most-mentioned first."""
+    return {"entities": await service.entities(session, scope, name=name, kind=kind, limit=limit)}
+
+
+@router.get("/entities/{key:path}/notes", summary="Notes that mention an entity")
+async def entity_notes(
+    key: str,
+    scope: ReadScope,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    """The notes mentioning the entity (key as listed, e.g. `person:melanie`)."""
+    return await service.entity_notes(session, scope, key, limit=limit)
+
+
+@router.get("/graph/walk", summary="Walk the graph from a note or an entity")
+async def walk(
+    scope: ReadScope,
+    session: SessionDep,
+    note: Annotated[str | None, Query(description="Start at this note.")] = None,
+    entity: Annotated[str | None, Query(description="Or at this entity key.")] = None,
+    depth: Annotated[int, Query(ge=1, le=5)] = 2,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    """Notes and entities within `depth` hops (edge tags, mentions, relations),
+    nearest first, each with the link that reached it."""
+    return await service.walk_from(
+        session, scope, note=note, entity=entity, depth=depth, limit=limit
+    )
