@@ -127,3 +127,43 @@ async def test_a_project_can_turn_sanitising_off(client, tenant, db) -> None:
     await put(client, tenant, content="raw " + SECRETS["aws-access-key"], id="raw")
     got = (await client.get("/v1/notes/raw", headers=tenant.headers)).json()
     assert SECRETS["aws-access-key"] in got["summary"]
+
+
+async def test_secrets_inside_documents_never_reach_the_database(
+    client, tenant, db, make_pipeline
+) -> None:
+    from tests import docs
+    from tests.docserver import serving
+
+    word = docs.docx_file(
+        title="Runbook " + SECRETS["github-token"],
+        author="ops",
+        paragraphs=["Rotate the key " + SECRETS["openai-key"], KEY_BLOCK, PRIVATE],
+        table=[["db", URL], ["token", SECRETS["slack-token"]]],
+    )
+    r = await client.post(
+        "/v1/upload",
+        files={"file": ("runbook.docx", word, "application/octet-stream")},
+        data={"tags": '{"note": "' + SECRETS["stripe-key"] + '"}'},
+        headers=tenant.headers,
+    )
+    assert r.status_code == 200, r.text
+    pdf = docs.text_pdf(["Call the API with " + SECRETS["jwt"], ASSIGNED], title="Keys", author="x")
+    page = (
+        "<html><head><title>Config</title></head><body><p>"
+        + SECRETS["anthropic-key"]
+        + "</p><p>"
+        + BEARER
+        + "</p></body></html>"
+    )
+    with serving() as web:
+        await put(client, tenant, uri=web.add("/k.pdf", pdf, "application/pdf"))
+        await put(client, tenant, uri=web.add("/c.html", page, "text/html"))
+        await run_all(make_pipeline(fetch_allow_networks=["127.0.0.1/32"]), client, tenant)
+    await run_all(make_pipeline(), client, tenant)
+    stored = await _all_rows(db, tenant)
+    assert "Rotate the key [REDACTED:openai-key]" in stored
+    assert _leaks(stored) == []
+    assert "hunter2" not in stored and SECRETS["jwt"][:40] not in stored, stored[
+        stored.find("hunter2") - 300 :
+    ][:600]
