@@ -164,6 +164,4 @@ async def test_secrets_inside_documents_never_reach_the_database(
     stored = await _all_rows(db, tenant)
     assert "Rotate the key [REDACTED:openai-key]" in stored
     assert _leaks(stored) == []
-    assert "hunter2" not in stored and SECRETS["jwt"][:40] not in stored, stored[
-        stored.find("hunter2") - 300 :
-    ][:600]
+    assert "hunter2" not in stored and SECRETS["jwt"][:40] not in stored
