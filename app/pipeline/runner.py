@@ -188,6 +188,8 @@ async def _record_failure(state: _Run, exc: Exception) -> str:
             error=f"{type(exc).__name__}: {exc}",
             retry_in_seconds=retry,
         )
+        if retry is None and state.job.kind == JobKind.OCR.value:
+            await documents.release_images(session, state.scope, state.job.id)
     return "dead" if retry is None else "retry"
 
 
