@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         description="Entities and relations: spacy (offline), openai (OpenAI-compatible) "
         "or none (no extract_graph jobs).",
     )
+    media_provider: str = Field(
+        default="none", description="Describe images with a vision model: none or openai."
+    )
+    media_model: str = "gpt-4o-mini"
+    media_base_url: str = ""
+    media_api_key: SecretStr | None = None
     graph_model: str = "gpt-4o-mini"
     graph_base_url: str = ""
     graph_api_key: SecretStr | None = None

@@ -207,3 +207,20 @@ async def test_hostile_and_broken_files_fail_cleanly(client, tenant) -> None:
     assert r.status_code == 422 and "decompression bomb" in r.json()["error"]
     listed = await client.get("/v1/notes", headers=tenant.headers)
     assert listed.json()["notes"] == []  # nothing half-stored
+
+
+async def test_optional_media_description_over_the_openai_wire_format(
+    client, tenant, make_pipeline
+) -> None:
+    from tests.vendors import Vendor, VendorServer
+
+    vendor = Vendor(summary="A red lighthouse on a rocky shore at sunset.")
+    png = docs.text_image(["Harbour"])
+    await upload(client, tenant, png, "photo.png", "image/png")
+    with VendorServer(vendor) as server:
+        pipeline = make_pipeline(media_provider="openai", media_base_url=server.url + "/v1")
+        await run_all(pipeline, client, tenant)
+    sent = vendor.requests[0]["body"]["messages"][0]["content"]
+    assert sent[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    await run_all(make_pipeline(), client, tenant)
+    assert await found(client, tenant, "lighthouse sunset") == ["photo.png"]

@@ -31,6 +31,7 @@ from app.notes import repository as notes
 from app.notes import service as note_service
 from app.notes.views import ItemView, split_system
 from app.providers.errors import ProviderError
+from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
 
 _TAG_KEY = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,127}$")
@@ -64,14 +65,24 @@ async def read(
     return Document(kind=kind, text=found.text, tags=tags, images=found.images, note=found.note)
 
 
-async def recognize(ocr: OCR, images: Sequence[bytes]) -> tuple[str, float]:
-    """OCR text of the images (in order) and the mean confidence."""
+async def recognize(
+    ocr: OCR, images: Sequence[bytes], describer: Describer | None = None
+) -> tuple[str, float]:
+    """OCR text of the images (in order) and the mean confidence; with a
+    describer, each image's description too."""
     texts, confidences = [], []
     for image in images:
         result = await ocr.recognize(image)
         if result.text.strip():
             texts.append(result.text)
             confidences.append(result.confidence)
+        if describer is not None:
+            kind = extractors.media_type(None, None, image)
+            seen = await describer.describe(
+                image, kind if kind.startswith("image/") else "image/png"
+            )
+            if seen:
+                texts.append(f"Image: {seen}")
     confidence = sum(confidences) / len(confidences) if confidences else 0.0
     return "\n\n".join(texts), confidence
 

@@ -36,8 +36,9 @@ from app.notes.service import limits_of
 from app.pipeline.split import split_parts
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.errors import PermanentError, ProviderError
-from app.providers.factory import make_graph_extractor
+from app.providers.factory import make_describer, make_graph_extractor
 from app.providers.graph.base import GraphExtractor
+from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
 from app.providers.ocr.base import registry as ocr_engines
 from app.providers.summarization.base import RelatedNote, Summarizer
@@ -58,6 +59,13 @@ class Pipeline:
     query_cache: QueryCache
     ocr_engine: OCR | None = None
     graph_extractor: GraphExtractor | None = None
+    describer_instance: Describer | None = None
+
+    def describer(self) -> Describer | None:
+        """The optional image describer (media_provider), loaded on first use."""
+        if self.describer_instance is None:
+            self.describer_instance = make_describer(self.settings)
+        return self.describer_instance
 
     def graph(self) -> GraphExtractor:
         """The entity/relation extractor, loaded on first use."""
@@ -467,7 +475,7 @@ async def _fetch(state: _Run) -> None:
     )
     text, found = doc.text, dict(doc.tags)
     if doc.images:
-        seen, confidence = await documents.recognize(p.ocr(), doc.images)
+        seen, confidence = await documents.recognize(p.ocr(), doc.images, p.describer())
         text = "\n\n".join(t for t in (text, seen) if t.strip())
         if seen:
             found["ocr_confidence"] = f"{confidence:.2f}"
@@ -497,7 +505,7 @@ async def _ocr(state: _Run) -> None:
     p, job = state.pipeline, state.job
     async with p.db.tenant_transaction(state.scope.tenant_id) as session:
         images = await documents.held_images(session, state.scope, job.id)
-    seen, confidence = await documents.recognize(p.ocr(), images)
+    seen, confidence = await documents.recognize(p.ocr(), images, p.describer())
     text = "\n\n".join(t for t in (str(job.payload.get("text") or ""), seen) if t.strip())
     found = dict(job.payload.get("tags") or {})
     if seen:

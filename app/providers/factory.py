@@ -6,6 +6,8 @@ from app.providers.embedding.base import Embedder
 from app.providers.embedding.base import registry as embedders
 from app.providers.graph.base import GraphExtractor
 from app.providers.graph.base import registry as graph_extractors
+from app.providers.media.describe import Describer
+from app.providers.media.describe import registry as describers
 from app.providers.summarization.base import Summarizer
 from app.providers.summarization.base import registry as summarizers
 from app.settings import Settings
@@ -38,6 +40,18 @@ def make_summarizer(settings: Settings) -> Summarizer:
         model=settings.summarization_model,
         api_key=key,
         base_url=settings.summarization_base_url,
+    )
+
+
+def make_describer(settings: Settings) -> Describer | None:
+    if settings.media_provider == "none":
+        return None
+    key = settings.media_api_key.get_secret_value() if settings.media_api_key else ""
+    return describers.create(
+        settings.media_provider,
+        model=settings.media_model,
+        api_key=key,
+        base_url=settings.media_base_url,
     )
 
 
