@@ -156,6 +156,9 @@ async def test_put_by_uri_refuses_private_addresses(client, tenant, make_pipelin
         for job in fetches:
             assert job["status"] == "dead" and "refusing" in job["last_error"], job
             assert job["attempts"] == 1  # permanent: no retries
+        gone = await note(client, tenant, "http%3A%2F%2F10.0.0.1%2Fx")
+        assert "fetch failed: refusing" in gone["summary"]
+        assert "_pending_document" not in gone["tags"]
     r = await client.post("/v1/notes", json={"uri": "ftp://example.com/x"}, headers=tenant.headers)
     assert r.status_code == 400
 

@@ -208,3 +208,14 @@ async def held_images(session: AsyncSession, scope: Scope, job_id: int) -> list[
 
 async def release_images(session: AsyncSession, scope: Scope, job_id: int) -> None:
     await repo.release_images(session, scope, job_id)
+
+
+async def give_up(session: AsyncSession, scope: Scope, note_id: str, reason: str) -> None:
+    """A document that will not come: its placeholder summary says why."""
+    note = await notes.get(session, scope, note_id, lock=True)
+    if note is None or note_service.PENDING_TAG not in note.tags:
+        return
+    kind = note.tags[note_service.PENDING_TAG]
+    tags = {k: v for k, v in note.tags.items() if k != note_service.PENDING_TAG}
+    summary = f"{note_id}: {kind} failed: {reason}"[:1000]
+    await notes.update_note(session, scope, note_id, values={"summary": summary, "tags": tags})

@@ -198,6 +198,9 @@ async def _record_failure(state: _Run, exc: Exception) -> str:
         )
         if retry is None and state.job.kind == JobKind.OCR.value:
             await documents.release_images(session, state.scope, state.job.id)
+        if retry is None and state.job.kind in (JobKind.FETCH.value, JobKind.OCR.value):
+            # The placeholder says what happened instead of promising text.
+            await documents.give_up(session, state.scope, state.job.note_id or "", str(exc))
     return "dead" if retry is None else "retry"
 
 
