@@ -36,6 +36,7 @@ from app.models import Embedding, Note, NoteVersion, Part, Project, TermStat
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
+FTS_CANDIDATES = 2000  # matches BM25 scores per kind; beyond, ts_rank picks which
 N_CAP = 100_000  # counting a project's notes for BM25 stops here (before the worker's count)
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
 
@@ -191,38 +192,33 @@ async def full_text(
     # The lexemes are already stemmed: 'simple' reads them unchanged.
     tsq = select(func.to_tsquery("simple", tsq_text)).scalar_subquery()
 
+    def ranked(entity: Any, columns: list[Any], joins: bool) -> Any:
+        """BM25 over at most FTS_CANDIDATES matches, picked by the cheap
+        ``ts_rank`` when more match (only in big projects)."""
+        matches = select(*columns, entity.fts.label("doc"))
+        if joins:
+            matches = matches.join(Note, _joins_note(entity, entity.note_id))
+        cand = (
+            matches.where(*_note_filters(scope, filters), entity.fts.op("@@")(tsq))
+            .order_by(func.ts_rank(entity.fts, tsq).desc())
+            .limit(FTS_CANDIDATES)
+            .subquery()
+        )
+        rank = func.keepmem_bm25(cand.c.doc, terms, weights, avgdl)
+        keep = [c for c in cand.c if c.name != "doc"]
+        return select(*keep, rank.label("r")).order_by(rank.desc()).limit(limit)
+
     hits: list[Hit] = []
     if "note" in kinds:
-        rank = func.keepmem_bm25(Note.fts, terms, weights, avgdl)
-        stmt = (
-            select(Note.id, rank.label("r"), Note.updated_at)
-            .where(*_note_filters(scope, filters), Note.fts.op("@@")(tsq))
-            .order_by(rank.desc())
-            .limit(limit)
-        )
-        hits += [Hit(r[0], "note", 0, float(r[1]), r[2]) for r in await session.execute(stmt)]
+        stmt = ranked(Note, [Note.id, Note.updated_at], joins=False)
+        hits += [Hit(r[0], "note", 0, float(r[2]), r[1]) for r in await session.execute(stmt)]
     if "part" in kinds:
-        rank = func.keepmem_bm25(Part.fts, terms, weights, avgdl)
-        stmt = (
-            select(Part.note_id, Part.part_num, rank.label("r"), Note.updated_at)
-            .join(Note, _joins_note(Part, Part.note_id))
-            .where(*_note_filters(scope, filters), Part.fts.op("@@")(tsq))
-            .order_by(rank.desc())
-            .limit(limit)
-        )
-        hits += [Hit(r[0], "part", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
+        stmt = ranked(Part, [Part.note_id, Note.updated_at, Part.part_num], joins=True)
+        hits += [Hit(r[0], "part", r[2], float(r[3]), r[1]) for r in await session.execute(stmt)]
     if "version" in kinds:
-        rank = func.keepmem_bm25(NoteVersion.fts, terms, weights, avgdl)
-        stmt = (
-            select(
-                NoteVersion.note_id, NoteVersion.version, rank.label("r"), NoteVersion.updated_at
-            )
-            .join(Note, _joins_note(NoteVersion, NoteVersion.note_id))
-            .where(*_note_filters(scope, filters), NoteVersion.fts.op("@@")(tsq))
-            .order_by(rank.desc())
-            .limit(limit)
-        )
-        hits += [Hit(r[0], "version", r[1], float(r[2]), r[3]) for r in await session.execute(stmt)]
+        columns = [NoteVersion.note_id, NoteVersion.updated_at, NoteVersion.version]
+        stmt = ranked(NoteVersion, columns, joins=True)
+        hits += [Hit(r[0], "version", r[2], float(r[3]), r[1]) for r in await session.execute(stmt)]
     return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
