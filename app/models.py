@@ -14,6 +14,7 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKeyConstraint,
     Identity,
@@ -79,6 +80,7 @@ class TermStat(Base):
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     ndoc: Mapped[int] = mapped_column(Integer)
+    common: Mapped[bool] = mapped_column(Boolean)  # left out of questions
 
 
 def _project_fk() -> ForeignKeyConstraint:

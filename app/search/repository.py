@@ -37,6 +37,7 @@ from app.models import Embedding, Note, NoteVersion, Part, Project, TermStat
 FTS_CONFIG = "english"
 MAX_TERMS = 12
 FTS_CANDIDATES = 2000  # matches BM25 scores per kind; beyond, ts_rank picks which
+STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes for BM25 stops here (before the worker's count)
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
 
@@ -251,6 +252,7 @@ async def _question_tsquery(
                     TermStat.tenant_id == scope.tenant_id,
                     TermStat.project_id == scope.project_id,
                     TermStat.lexeme.in_(sorted(lexemes)),
+                    TermStat.common,
                 )
             )
         ).scalars()
@@ -267,8 +269,10 @@ async def _term_weights(
     session: AsyncSession, scope: Scope, lexemes: Sequence[str]
 ) -> tuple[list[float], float]:
     """BM25's inverse document frequencies of the lexemes in this project, and
-    its average document length (from a sample), in one round trip. The
-    project's size is the worker's last count, else counted up to a cap."""
+    its average document length (from a sample), in one round trip. Sizes and
+    frequencies come from the worker's last count (term_stats) where it has
+    one; the rest are counted, up to STATS_FLOOR once a count exists (a word
+    missing from it was rarer than that)."""
     row = (
         await session.execute(
             text(
@@ -280,9 +284,15 @@ async def _term_weights(
                        WHERE tenant_id = :t AND project_id = :p LIMIT :cap) s)),
                   (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
                      WHERE tenant_id = :t AND project_id = :p LIMIT 1000) s),
-                  array(SELECT (SELECT count(*) FROM notes
-                                WHERE tenant_id = :t AND project_id = :p
-                                  AND fts @@ to_tsquery('simple', quote_literal(l.lexeme)))
+                  array(SELECT coalesce(
+                           (SELECT ndoc FROM term_stats
+                            WHERE tenant_id = :t AND project_id = :p AND lexeme = l.lexeme),
+                           (SELECT count(*) FROM (SELECT 1 FROM notes
+                              WHERE tenant_id = :t AND project_id = :p
+                                AND fts @@ to_tsquery('simple', quote_literal(l.lexeme))
+                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :cap
+                                                 ELSE :floor END
+                                     FROM projects WHERE tenant_id = :t AND id = :p)) s))
                         FROM unnest(CAST(:lexemes AS text[])) WITH ORDINALITY AS l(lexeme, i)
                         ORDER BY l.i)
                 """
@@ -291,6 +301,7 @@ async def _term_weights(
                 "t": scope.tenant_id,
                 "p": scope.project_id,
                 "cap": N_CAP,
+                "floor": STATS_FLOOR,
                 "lexemes": list(lexemes),
             },
         )
@@ -304,8 +315,9 @@ async def _term_weights(
 
 
 async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:
-    """Recount which lexemes appear in more than ``min_notes`` of the project's
-    notes (all of its notes are read: a background job). Returns how many."""
+    """Recount the document frequency of every lexeme in at least STATS_FLOOR of
+    the project's notes, marking those in more than ``min_notes`` as common
+    (all of its notes are read: a background job). Returns how many are common."""
     await session.execute(
         delete(TermStat).where(
             TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
@@ -319,15 +331,24 @@ async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: 
     )
     await session.execute(
         text(
-            "INSERT INTO term_stats (tenant_id, project_id, lexeme, ndoc) "
-            "SELECT :t, :p, word, ndoc FROM ts_stat(:inner) WHERE ndoc > :min"
+            "INSERT INTO term_stats (tenant_id, project_id, lexeme, ndoc, common) "
+            "SELECT :t, :p, word, ndoc, ndoc > :min FROM ts_stat(:inner) "
+            "WHERE ndoc >= :floor OR ndoc > :min"
         ),
-        {"t": scope.tenant_id, "p": scope.project_id, "inner": inner, "min": min_notes},
+        {
+            "t": scope.tenant_id,
+            "p": scope.project_id,
+            "inner": inner,
+            "min": min_notes,
+            "floor": STATS_FLOOR,
+        },
     )
     found = int(
         await session.scalar(
             select(func.count()).where(
-                TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
+                TermStat.tenant_id == scope.tenant_id,
+                TermStat.project_id == scope.project_id,
+                TermStat.common,
             )
         )
         or 0
