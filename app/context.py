@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+#: Named durations (ms) a request spent in its parts, for the Server-Timing header.
+timings_var: ContextVar[dict[str, float] | None] = ContextVar("timings", default=None)
+
+
+@contextmanager
+def timed(name: str) -> Iterator[None]:
+    """Add the block's duration to this request's ``Server-Timing`` entry ``name``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        spent = timings_var.get()
+        if spent is not None:
+            spent[name] = spent.get(name, 0.0) + (time.perf_counter() - start) * 1000

@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.context import request_id_var
+from app.context import request_id_var, timings_var
 
 log = logging.getLogger("keepmem")
 
@@ -43,6 +43,12 @@ UPLOAD_PATH = "/v1/upload"
 MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers around the file
 
 
+def _server_timing(total_ms: float, parts: dict[str, float]) -> str:
+    entries = [f"app;dur={total_ms:.2f}"]
+    entries += [f"{name};dur={ms:.2f}" for name, ms in parts.items()]
+    return ", ".join(entries)
+
+
 class RequestContextMiddleware:
     """Gives every request an id (echoing a sane client ``X-Request-ID``),
     refuses bodies over the limit with 413, and keeps percent-encoded
@@ -63,6 +69,8 @@ class RequestContextMiddleware:
         headers = dict(scope.get("headers") or [])
         given = headers.get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
         request_id = given if _SAFE_REQUEST_ID.match(given) else uuid.uuid4().hex
+        spent: dict[str, float] = {}
+        timings_token = timings_var.set(spent)
         token = request_id_var.set(request_id)
         scope.setdefault("state", {})["request_id"] = request_id
         try:
@@ -104,7 +112,7 @@ class RequestContextMiddleware:
                         *message.get("headers", []),
                         (REQUEST_ID_HEADER.encode(), request_id.encode()),
                         # Time spent in the service, for clients and benchmarks.
-                        (b"server-timing", f"app;dur={elapsed:.2f}".encode()),
+                        (b"server-timing", _server_timing(elapsed, spent).encode()),
                     ]
                 await send(message)
 
@@ -123,6 +131,7 @@ class RequestContextMiddleware:
                     )
         finally:
             request_id_var.reset(token)
+            timings_var.reset(timings_token)
 
 
 def json_safe(value: Any) -> Any:

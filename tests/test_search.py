@@ -21,8 +21,12 @@ def ids(body: dict) -> list[str]:
 
 async def test_full_text_finds_a_note_the_moment_its_put_returns(client, tenant) -> None:
     await put(client, tenant, content="The zebra crossing near the bakery was repainted.", id="z")
-    body = await find(client, tenant, query="zebra bakery")
+    r = await client.post("/v1/search", json={"query": "zebra bakery"}, headers=tenant.headers)
+    body = r.json()
     assert body["mode"] == "text" and ids(body) == ["z"]
+    # where the time went, for operators and benchmarks
+    timing = r.headers["server-timing"]
+    assert timing.startswith("app;dur=") and "text;dur=" in timing and "vector;" not in timing
     assert body["notes"][0]["score"] > 0.99 and body["pending_embedding"] == 1
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
+from app.context import timed
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, Conflict, NotFound
 from app.graph import service as graph
@@ -116,7 +117,8 @@ async def find(
     wide = max(data.limit * 10, 200)
     # One count decides both whether there are vectors at all and which path
     # (exact or HNSW) the vector stage takes.
-    stored = await repo.vector_count(session, scope, model, cap=repo.EXACT_BELOW)
+    with timed("count"):
+        stored = await repo.vector_count(session, scope, model, cap=repo.EXACT_BELOW)
     big = stored >= repo.EXACT_BELOW
     fused: dict[tuple[str, str, int], float] = {}
     stamps: dict[tuple[str, str, int], Any] = {}
@@ -153,27 +155,30 @@ async def find(
         filters = _filters(data, [])
         text_hits: list[repo.Hit] = []
         if data.stages in ("hybrid", "text"):
-            text_hits = await repo.full_text(
-                session,
-                scope,
-                query=query,
-                kinds=kinds,
-                filters=filters,
-                limit=max(data.limit * 10, 100),
-            )
+            with timed("text"):
+                text_hits = await repo.full_text(
+                    session,
+                    scope,
+                    query=query,
+                    kinds=kinds,
+                    filters=filters,
+                    limit=max(data.limit * 10, 100),
+                )
         sem_hits: list[repo.Hit] = []
         if data.stages in ("hybrid", "vector") and stored > 0:
-            used_vector = list(await cache.get(embedder, query))
-            sem_hits = await repo.semantic(
-                session,
-                scope,
-                vector=used_vector,
-                model=model,
-                kinds=kinds,
-                filters=filters,
-                limit=wide,
-                big=big,
-            )
+            with timed("embed"):
+                used_vector = list(await cache.get(embedder, query))
+            with timed("vector"):
+                sem_hits = await repo.semantic(
+                    session,
+                    scope,
+                    vector=used_vector,
+                    model=model,
+                    kinds=kinds,
+                    filters=filters,
+                    limit=wide,
+                    big=big,
+                )
         mode = {
             "hybrid": "hybrid" if sem_hits else "text",
             "vector": "vector",
@@ -214,12 +219,15 @@ async def find(
     # Sort on the exact scores (old notes decay to tiny ones); round for display.
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
     top = [(key, round(score, 6)) for key, score in scored[: data.limit]]
-    items = await _views(session, scope, top)
-    pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
+    with timed("views"):
+        items = await _views(session, scope, top)
+    with timed("pending"):
+        pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
     groups = []
     if data.deep:
         anchor_ids = [] if data.include_self or not data.similar_to else [anchor]
-        groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
+        with timed("deep"):
+            groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
     return SearchResult(items=items, pending_embedding=pending, mode=mode, deep_groups=groups)
 
 
