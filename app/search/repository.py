@@ -36,7 +36,7 @@ from app.models import Embedding, Note, NoteVersion, Part, Project, TermStat
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
-FTS_CANDIDATES = 2000  # matches BM25 scores per kind; beyond, ts_rank picks which
+FTS_CANDIDATES = 1000  # matches BM25 scores per kind; beyond, ts_rank picks which
 STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes for BM25 stops here (before the worker's count)
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
