@@ -23,9 +23,9 @@ from app import migrate
 from app.db import Database
 from app.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from app.tenants import service as tenants
+from bench.locomo_data import LOCOMO
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCOMO = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 SECRET = "bench-secret"
 
 
