@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     job_timeout_seconds: int = 900
     dispatch_poll_seconds: float = 0.2
     dispatch_max_inflight: int = 128
+    dispatch_background_inflight: int = Field(
+        default=8,
+        description="Of those, at most this many background jobs (graph extraction, counts).",
+    )
     embed_batch_jobs: int = Field(default=64, description="Embedding jobs per model call.")
     worker_poll_seconds: float = Field(
         default=0.05, description="How often an idle ARQ worker looks for new jobs."

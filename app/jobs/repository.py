@@ -92,23 +92,32 @@ async def open_kinds_by_note(
 _OPEN = (JobStatus.PENDING.value, JobStatus.DISPATCHED.value, JobStatus.RUNNING.value)
 
 
-async def inflight(session: AsyncSession) -> int:
-    return int(
-        await session.scalar(
-            select(func.count())
-            .select_from(Job)
-            .where(Job.status.in_([JobStatus.DISPATCHED.value, JobStatus.RUNNING.value]))
-        )
-        or 0
+BACKGROUND_PRIORITY = 9  # graph extraction, term counts: after everything else
+
+
+async def inflight(session: AsyncSession, *, background: bool = False) -> int:
+    """Jobs handed to workers and not finished (only background ones if asked)."""
+    stmt = (
+        select(func.count())
+        .select_from(Job)
+        .where(Job.status.in_([JobStatus.DISPATCHED.value, JobStatus.RUNNING.value]))
     )
+    if background:
+        stmt = stmt.where(Job.priority >= BACKGROUND_PRIORITY)
+    return int(await session.scalar(stmt) or 0)
 
 
-async def take_ready_fairly(session: AsyncSession, *, slots: int) -> list[Job]:
+async def take_ready_fairly(
+    session: AsyncSession, *, slots: int, background_slots: int | None = None
+) -> list[Job]:
     """Lock up to ``slots`` ready jobs, spread evenly over the tenants that have any.
 
     Each tenant with ready work gets ``ceil(slots / tenants)`` of its oldest
     highest-priority jobs, so one tenant's import cannot starve another's put.
-    Rows locked by another dispatcher are skipped.
+    At most ``background_slots`` of them may be background jobs (priority >=
+    BACKGROUND_PRIORITY): a backlog of those must not fill the workers' queue
+    ahead of the next put's embedding. Rows locked by another dispatcher are
+    skipped; rows taken but not returned stay pending.
     """
     if slots <= 0:
         return []
@@ -161,7 +170,15 @@ async def take_ready_fairly(session: AsyncSession, *, slots: int) -> list[Job]:
         seen[job.tenant_id] = seen.get(job.tenant_id, -1) + 1
         ranked.append((seen[job.tenant_id], job.priority, job.id, job))
     ranked.sort(key=lambda r: r[:3])
-    return [r[3] for r in ranked[:slots]]
+    out: list[Job] = []
+    room = slots if background_slots is None else background_slots
+    for *_, job in ranked[:slots]:
+        if job.priority >= BACKGROUND_PRIORITY:
+            if room <= 0:
+                continue
+            room -= 1
+        out.append(job)
+    return out
 
 
 async def mark_dispatched(session: AsyncSession, jobs: Sequence[Job]) -> None:

@@ -61,7 +61,12 @@ async def dispatch(pipeline: Pipeline, redis: Any) -> int:
     settings = pipeline.settings
     async with pipeline.db.system_transaction() as session:
         slots = settings.dispatch_max_inflight - await jobs.inflight(session)
-        ready = await jobs.take_ready_fairly(session, slots=slots)
+        background = settings.dispatch_background_inflight - await jobs.inflight(
+            session, background=True
+        )
+        ready = await jobs.take_ready_fairly(
+            session, slots=slots, background_slots=max(background, 0)
+        )
         for tenant_id, ids in batches(ready, settings.embed_batch_jobs):
             await redis.enqueue_job(
                 TASK,
