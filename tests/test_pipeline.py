@@ -344,6 +344,24 @@ async def test_fair_dispatch_does_not_starve_a_small_tenant(fresh_database, sett
         assert len(taken) == 4
         assert small in {j.tenant_id for j in taken}
         assert taken[0].tenant_id != taken[1].tenant_id  # interleaved
+        # A backlog of background work (graph extraction) cannot fill the
+        # workers' queue ahead of the next embedding.
+        async with db.system_transaction() as s:
+            await s.execute(
+                text(
+                    "INSERT INTO jobs (tenant_id, project_id, kind, note_id, priority) "
+                    "SELECT :t, :t, 'extract_graph', 'g' || g, 9 FROM generate_series(1, 50) g"
+                ),
+                {"t": small},
+            )
+        async with db.system_transaction() as s:
+            taken = await jobs_repo.take_ready_fairly(s, slots=60, background_slots=3)
+        kinds = [j.kind for j in taken if j.tenant_id == small]
+        assert kinds.count("extract_graph") == 3 and kinds.count("embed") == 1
+        # even shares of 30: the big tenant's 30 embeds; the small tenant's embed and
+        # 3 of its 29 graph jobs (the other 26 stay pending)
+        assert len(taken) == 34
+        assert [j.kind for j in taken if j.tenant_id == big] == ["embed"] * 30
     finally:
         await db.dispose()
 
