@@ -5,6 +5,7 @@ Nothing else in the code base reads ``os.environ``.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 
 from pydantic import Field, SecretStr, field_validator
@@ -142,6 +143,13 @@ class Settings(BaseSettings):
         default=6 * 3600.0, description="How often a big project's common words are re-counted."
     )
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
+
+    @field_validator("fetch_allow_networks")
+    @classmethod
+    def _networks_are_cidrs(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
+        return value
 
     @field_validator("app_role")
     @classmethod
