@@ -66,27 +66,23 @@ class Project(Base):
     term_stats_notes: Mapped[int | None] = mapped_column(Integer)
 
 
+def _project_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+    )
+
+
 class TermStat(Base):
     """A lexeme found in many of a project's notes (see find's full-text stage)."""
 
     __tablename__ = "term_stats"
-    __table_args__ = (
-        ForeignKeyConstraint(
-            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
-        ),
-    )
+    __table_args__ = (_project_fk(),)
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     ndoc: Mapped[int] = mapped_column(Integer)
     common: Mapped[bool] = mapped_column(Boolean)  # left out of questions
-
-
-def _project_fk() -> ForeignKeyConstraint:
-    return ForeignKeyConstraint(
-        ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
-    )
 
 
 class GraphEntity(Base):
@@ -133,11 +129,7 @@ class Blob(Base):
     """An image waiting for its OCR job (deleted when the job is done)."""
 
     __tablename__ = "blobs"
-    __table_args__ = (
-        ForeignKeyConstraint(
-            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
-        ),
-    )
+    __table_args__ = (_project_fk(),)
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

@@ -478,11 +478,50 @@ async def _fetch(state: _Run) -> None:
     )
     text, found = doc.text, dict(doc.tags)
     if doc.images:
-        seen, confidence = await documents.recognize(p.ocr(), doc.images, p.describer())
-        text = "\n\n".join(t for t in (text, seen) if t.strip())
-        if seen:
-            found["ocr_confidence"] = f"{confidence:.2f}"
+        text, found, _ = await _with_ocr(p, doc.images, text, found)
+    result = {"url": got.url, "bytes": len(got.data), "type": doc.kind, "chars": len(text)}
+    await _store_document(
+        state,
+        text=text,
+        found=found,
+        user_tags=job.payload.get("tags") or {},
+        content_type=doc.kind,
+        result=result | ({"note": doc.note} if doc.note else {}),
+        uri=uri,
+        analyze=bool(job.payload.get("analyze")),
+    )
+
+
+async def _with_ocr(
+    p: Pipeline, images: list[bytes], text: str, found: dict[str, Any]
+) -> tuple[str, dict[str, Any], str]:
+    """The text with the images' OCR (and description) appended, the tags with
+    ``ocr_confidence``, and the recognised text alone."""
+    seen, confidence = await documents.recognize(p.ocr(), images, p.describer())
+    text = "\n\n".join(t for t in (text, seen) if t.strip())
+    if seen:
+        found = found | {"ocr_confidence": f"{confidence:.2f}"}
+    return text, found, seen
+
+
+async def _store_document(
+    state: _Run,
+    *,
+    text: str,
+    found: dict[str, Any],
+    user_tags: dict[str, Any],
+    content_type: str,
+    result: dict[str, Any],
+    uri: str | None = None,
+    analyze: bool = False,
+    release_images: bool = False,
+) -> None:
+    """Store a fetched or recognised document as its note's content, unless the
+    note was deleted meanwhile."""
+    p, job = state.pipeline, state.job
     async with p.db.tenant_transaction(state.scope.tenant_id) as session:
+        if release_images:
+            await documents.release_images(session, state.scope, job.id)
         if await notes.get(session, state.scope, job.note_id or "") is None:
             await state.finish(session, {"skipped": "note deleted"})
             return
@@ -492,14 +531,13 @@ async def _fetch(state: _Run) -> None:
             note_id=job.note_id or "",
             text=text,
             found_tags=found,
-            user_tags=job.payload.get("tags") or {},
-            content_type=doc.kind,
+            user_tags=user_tags,
+            content_type=content_type,
             limits=limits_of(p.settings),
             uri=uri,
-            analyze=bool(job.payload.get("analyze")),
+            analyze=analyze,
         )
-        result = {"url": got.url, "bytes": len(got.data), "type": doc.kind, "chars": len(text)}
-        await state.finish(session, result | ({"note": doc.note} if doc.note else {}))
+        await state.finish(session, result)
 
 
 async def _ocr(state: _Run) -> None:
@@ -508,29 +546,18 @@ async def _ocr(state: _Run) -> None:
     p, job = state.pipeline, state.job
     async with p.db.tenant_transaction(state.scope.tenant_id) as session:
         images = await documents.held_images(session, state.scope, job.id)
-    seen, confidence = await documents.recognize(p.ocr(), images, p.describer())
-    text = "\n\n".join(t for t in (str(job.payload.get("text") or ""), seen) if t.strip())
-    found = dict(job.payload.get("tags") or {})
-    if seen:
-        found["ocr_confidence"] = f"{confidence:.2f}"
-    async with p.db.tenant_transaction(state.scope.tenant_id) as session:
-        await documents.release_images(session, state.scope, job.id)
-        if await notes.get(session, state.scope, job.note_id or "") is None:
-            await state.finish(session, {"skipped": "note deleted"})
-            return
-        await documents.store(
-            session,
-            state.scope,
-            note_id=job.note_id or "",
-            text=text,
-            found_tags=found,
-            user_tags=job.payload.get("user_tags") or {},
-            content_type=str(job.payload.get("content_type") or "image/png"),
-            limits=limits_of(p.settings),
-        )
-        await state.finish(
-            session, {"images": len(images), "chars": len(seen), "confidence": confidence}
-        )
+    text, found, seen = await _with_ocr(
+        p, images, str(job.payload.get("text") or ""), dict(job.payload.get("tags") or {})
+    )
+    await _store_document(
+        state,
+        text=text,
+        found=found,
+        user_tags=job.payload.get("user_tags") or {},
+        content_type=str(job.payload.get("content_type") or "image/png"),
+        result={"images": len(images), "chars": len(seen)},
+        release_images=True,
+    )
 
 
 async def _term_stats(state: _Run) -> None:

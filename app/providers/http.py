@@ -38,3 +38,40 @@ async def post_json(
 
 def client(timeout: float = 60.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
+
+
+class OpenAIChat:
+    """An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM …):
+    one client, one request shape, one reading of the reply."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str = "",
+        base_url: str = "",
+        timeout: float = 120.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        self._client = http or client(timeout)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def complete(self, messages: list[dict[str, Any]], **params: Any) -> str:
+        """The assistant's reply text to ``messages``."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        body = await post_json(
+            self._client,
+            f"{self.base_url}/chat/completions",
+            json={"model": self.model, "messages": messages, **params},
+            headers=headers,
+            vendor="openai",
+        )
+        try:
+            return str(body["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError) as exc:
+            raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc

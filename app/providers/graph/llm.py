@@ -8,7 +8,7 @@ from typing import Any
 
 from app.providers.errors import PermanentError
 from app.providers.graph.base import Entity, Extraction, Relation
-from app.providers.http import client, post_json
+from app.providers.http import OpenAIChat
 
 SYSTEM = (
     "Extract the named entities (people, organisations, places, products, events, works) "
@@ -31,40 +31,17 @@ def _json_of(reply: str) -> dict[str, Any]:
     return data
 
 
-class OpenAIGraphExtractor:
-    def __init__(
-        self, *, model: str, api_key: str = "", base_url: str = "", timeout: float = 120.0, **_: Any
-    ) -> None:
-        self.model = model
-        self.api_key = api_key
-        self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+class OpenAIGraphExtractor(OpenAIChat):
+    def __init__(self, *, model: str, **options: Any) -> None:
+        super().__init__(model=model, **options)
         self.name = f"openai:{model}"
-        self._client = client(timeout)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     async def extract(self, text: str) -> Extraction:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        body = await post_json(
-            self._client,
-            f"{self.base_url}/chat/completions",
-            json={
-                "model": self.model,
-                "messages": [
-                    {"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": text[:60_000]},
-                ],
-                "temperature": 0,
-                "response_format": {"type": "json_object"},
-            },
-            headers=headers,
-            vendor="openai",
+        reply = await self.complete(
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text[:60_000]}],
+            temperature=0,
+            response_format={"type": "json_object"},
         )
-        try:
-            reply = str(body["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
         data = _json_of(reply)
         out = Extraction()
         index: dict[str, int] = {}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.providers.errors import PermanentError
-from app.providers.http import client, post_json
+from app.providers.http import OpenAIChat, client, post_json
 from app.providers.summarization.base import RelatedNote
 from app.providers.summarization.local import cut
 
@@ -79,26 +79,11 @@ class OpenAISummarizer(_LLM):
     default_base = "https://api.openai.com/v1"
 
     async def _complete(self, system: str, user: str, max_tokens: int) -> str:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        body = await post_json(
-            self._client,
-            f"{self.base_url}/chat/completions",
-            json={
-                "model": self.model,
-                "messages": [
-                    {"role": "system", "content": system},
-                    {"role": "user", "content": user},
-                ],
-                "max_tokens": max_tokens,
-                "temperature": 0.2,
-            },
-            headers=headers,
-            vendor=self.vendor,
+        chat = OpenAIChat(
+            model=self.model, api_key=self.api_key, base_url=self.base_url, http=self._client
         )
-        try:
-            return str(body["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return await chat.complete(messages, max_tokens=max_tokens, temperature=0.2)
 
 
 class AnthropicSummarizer(_LLM):
