@@ -285,10 +285,15 @@ class Job(Base):
             postgresql_where=text("status = 'pending'"),
         ),
         Index("ix_jobs_note", "tenant_id", "project_id", "note_id", "kind"),
+        Index("ix_jobs_public_id", "tenant_id", "public_id", unique=True),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    # What the API shows: random, so no tenant can count another's work by it.
+    public_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), server_default=text("gen_random_uuid()")
+    )
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     kind: Mapped[str] = mapped_column(Text)
     note_id: Mapped[str | None] = mapped_column(ID_TEXT)

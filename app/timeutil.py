@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+# Times a client may send (created_at, since, until): wide enough for any
+# history, narrow enough that date arithmetic and time zones never overflow.
+EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def utcnow() -> datetime:
@@ -18,12 +23,31 @@ def keep_date(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d")
 
 
+def in_range(value: datetime) -> datetime:
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"time out of range: use years {EARLIEST.year} to {LATEST.year - 1}")
+    return value
+
+
 def parse_timestamp(value: str) -> datetime:
-    """Parse an ISO-8601 date or timestamp; naive values are taken as UTC."""
+    """Parse an ISO-8601 date or timestamp; naive values are taken as UTC.
+
+    ValueError when it is not one, or lies outside EARLIEST..LATEST."""
     text = value.strip()
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return in_range(parsed.astimezone(UTC))
+    except OverflowError as exc:
+        raise ValueError("time out of range") from exc
+
+
+def ago(now: datetime, **parts: int) -> datetime:
+    """``now`` minus a duration; ValueError when that leaves the allowed range."""
+    try:
+        return in_range(now - timedelta(**parts))
+    except OverflowError as exc:
+        raise ValueError("duration out of range") from exc

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from app.pipeline import runner
-from tests.test_pipeline import jobs_of, put, run_all
+from tests.test_pipeline import jobs_of, put, run_all, run_job
 from tests.vendors import Vendor, VendorServer
 
 
@@ -128,7 +127,7 @@ async def test_llm_extractor_over_the_openai_wire_format(client, tenant, make_pi
         pipeline = make_pipeline(graph_provider="openai", graph_base_url=server.url + "/v1")
         await put(client, tenant, id="lab", content="Ada Brook founded Nimbus Labs in 2019.")
         for job in reversed(await jobs_of(client, tenant, kind="extract_graph")):
-            assert await runner.run(pipeline, tenant.id, job["id"]) == "done"
+            assert await run_job(pipeline, tenant, job["id"]) == "done"
     assert vendor.requests[-1]["path"].endswith("/chat/completions")
     got = await get(client, tenant, "/v1/notes/lab/entities")
     assert [e["key"] for e in got["entities"]] == ["person:ada brook", "org:nimbus labs"]

@@ -36,12 +36,27 @@ async def jobs_of(client, t: Tenant, **params: object) -> list[dict]:
     return r.json()["jobs"]
 
 
+async def seq(db: Database, t: Tenant, public_id: str) -> int:
+    """The row id a worker is handed for the job the API shows as ``public_id``."""
+    async with db.tenant_transaction(t.id) as s:
+        found = await s.scalar(
+            text("SELECT id FROM jobs WHERE tenant_id = :t AND public_id = :p"),
+            {"t": t.id, "p": public_id},
+        )
+    assert found is not None, public_id
+    return int(found)
+
+
+async def run_job(pipeline, t: Tenant, public_id: str) -> str:
+    return await runner.run(pipeline, t.id, await seq(pipeline.db, t, public_id))
+
+
 async def run_all(pipeline, client, t: Tenant, note_id: str | None = None) -> list[str]:
     """Run every pending job of the tenant (oldest first), as a worker would."""
     outcomes = []
     params = {"status": "pending"} | ({"note_id": note_id} if note_id else {})
     for job in reversed(await jobs_of(client, t, **params)):
-        outcomes.append(await runner.run(pipeline, t.id, job["id"]))
+        outcomes.append(await run_job(pipeline, t, job["id"]))
     return outcomes
 
 
@@ -121,9 +136,10 @@ async def test_newer_put_supersedes_older_work(client, tenant, make_pipeline) ->
     # a worker already holding the old job applies nothing once the content moved on
     async with make_pipeline().db.tenant_transaction(tenant.id) as s:
         await s.execute(
-            text("UPDATE jobs SET status = 'dispatched' WHERE id = :i"), {"i": first["summarize"]}
+            text("UPDATE jobs SET status = 'dispatched' WHERE public_id = :i"),
+            {"i": first["summarize"]},
         )
-    assert await runner.run(make_pipeline(), tenant.id, first["summarize"]) == "done"
+    assert await run_job(make_pipeline(), tenant, first["summarize"]) == "done"
     job = (await client.get(f"/v1/jobs/{first['summarize']}", headers=tenant.headers)).json()
     assert job["result"] == {"skipped": "superseded"}
     await run_all(make_pipeline(), client, tenant)
@@ -135,7 +151,7 @@ async def test_identical_content_reuses_the_vector(client, tenant, make_pipeline
     await put(client, tenant, content="Same words in two notes.", id="a")
     await put(client, tenant, content="Same words in two notes.", id="b")
     await run_all(make_pipeline(), client, tenant)
-    done = sorted(await jobs_of(client, tenant, kind="embed"), key=lambda j: j["id"])
+    done = list(reversed(await jobs_of(client, tenant, kind="embed")))  # oldest first
     assert [j["result"]["reused"] for j in done] == [False, True]
 
 
@@ -147,7 +163,7 @@ async def test_transient_failure_retries_with_backoff_then_dead_letters(
         pipeline = make_pipeline(summarizer=llm)
         await put(client, tenant, content=LONG, id="flaky")
         job = next(j for j in await jobs_of(client, tenant) if j["kind"] == "summarize")
-        assert await runner.run(pipeline, tenant.id, job["id"]) == "retry"
+        assert await run_job(pipeline, tenant, job["id"]) == "retry"
         after = (await client.get(f"/v1/jobs/{job['id']}", headers=tenant.headers)).json()
         assert after["status"] == "pending" and after["attempts"] == 1
         assert "503" in after["last_error"]
@@ -157,16 +173,17 @@ async def test_transient_failure_retries_with_backoff_then_dead_letters(
                     await s.execute(
                         text(
                             "SELECT extract(epoch FROM next_run_at - updated_at) "
-                            "FROM jobs WHERE id = :i"
+                            "FROM jobs WHERE public_id = :i"
                         ),
                         {"i": job["id"]},
                     )
                 ).scalar_one()
                 assert abs(float(wait) - runner.backoff(pipeline.settings, attempt - 1)) < 2
                 await s.execute(
-                    text("UPDATE jobs SET next_run_at = now() WHERE id = :i"), {"i": job["id"]}
+                    text("UPDATE jobs SET next_run_at = now() WHERE public_id = :i"),
+                    {"i": job["id"]},
                 )
-            outcome = await runner.run(pipeline, tenant.id, job["id"])
+            outcome = await run_job(pipeline, tenant, job["id"])
             assert outcome == ("dead" if attempt == 5 else "retry")
         dead = (await client.get(f"/v1/jobs/{job['id']}", headers=tenant.headers)).json()
         assert dead["status"] == "dead" and dead["attempts"] == 5 and dead["dead_lettered_at"]
@@ -180,7 +197,7 @@ async def test_transient_failure_retries_with_backoff_then_dead_letters(
     assert r.status_code == 200 and r.json()["status"] == "pending" and r.json()["attempts"] == 0
     r = await client.post(f"/v1/jobs/{job['id']}/retry", headers=tenant.headers)
     assert r.status_code == 409
-    assert await runner.run(make_pipeline(), tenant.id, job["id"]) == "done"
+    assert await run_job(make_pipeline(), tenant, job["id"]) == "done"
 
 
 def test_backoff_schedule(settings) -> None:
@@ -199,7 +216,7 @@ async def test_permanent_failure_dead_letters_at_once(client, tenant, make_pipel
         llm = summarizers.create("anthropic", model="m", base_url=server.url)
         await put(client, tenant, content=LONG, id="bad")
         job = next(j for j in await jobs_of(client, tenant) if j["kind"] == "summarize")
-        assert await runner.run(make_pipeline(summarizer=llm), tenant.id, job["id"]) == "dead"
+        assert await run_job(make_pipeline(summarizer=llm), tenant, job["id"]) == "dead"
         await llm.aclose()
     got = (await client.get(f"/v1/jobs/{job['id']}", headers=tenant.headers)).json()
     assert got["attempts"] == 1 and "400" in got["last_error"]
@@ -292,7 +309,7 @@ async def test_task_delegation_api(client, tenant, other_tenant, make_pipeline) 
     assert (
         await client.get(f"/v1/tasks/{task_id}", headers=other_tenant.headers)
     ).status_code == 404
-    assert await runner.run(make_pipeline(), tenant.id, int(task_id)) == "done"
+    assert await run_job(make_pipeline(), tenant, task_id) == "done"
     body = (await client.get(f"/v1/tasks/{task_id}", headers=tenant.headers)).json()
     assert body["status"] == "completed" and body["output"]["summary"]
     assert (await client.delete(f"/v1/tasks/{task_id}", headers=tenant.headers)).status_code == 204

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
-
 from app.auth import service as auth_service
 from app.auth.schemas import (
     KeyCreate,
@@ -19,8 +17,9 @@ from app.auth.schemas import (
 )
 from app.deps import SettingsDep, SystemSessionDep, server_secret
 from app.tenants import service as tenants
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = api_router(prefix="/v1/admin", tags=["admin"])
 
 
 @router.post("/tenants", response_model=TenantCreated, status_code=201, summary="Create a tenant")

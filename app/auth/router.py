@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
-
 from app.auth import service
 from app.auth.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
 from app.deps import AdminScope, SessionDep, SettingsDep, server_secret
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+router = api_router(prefix="/v1/keys", tags=["keys"])
 
 
 @router.get("", response_model=KeyList, summary="List this tenant's keys")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.graph import service
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1", tags=["graph"])
+router = api_router(prefix="/v1", tags=["graph"])
 
 
 @router.get("/notes/{note_id}/entities", summary="A note's entities and relations")

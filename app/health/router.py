@@ -6,15 +6,16 @@ import asyncio
 import os
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from app import __version__
 from app.deps import OptionalScope, SessionDep
 from app.health import repository
 from app.notes import service as notes
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1", tags=["health"])
+router = api_router(prefix="/v1", tags=["health"])
 
 
 async def _status(request: Request, session: SessionDep) -> tuple[int, dict[str, Any]]:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, UploadFile
+from fastapi import File, Form, UploadFile
 
 from app.deps import LimitsDep, SessionDep, SettingsDep, WriteScope
 from app.errors import BadRequest, PayloadTooLarge
 from app.ingest import documents
 from app.middleware import UPLOAD_PATH
 from app.notes.schemas import NoteOut
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1", tags=["notes"])
+router = api_router(prefix="/v1", tags=["notes"])
 
 
 @router.post(

@@ -358,12 +358,24 @@ async def fail(
     return result.first() is not None
 
 
-async def get(session: AsyncSession, scope: Scope, job_id: int) -> Job | None:
-    return await session.scalar(
-        select(Job).where(
-            Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id, Job.id == job_id
-        )
+def _mine(scope: Scope, public_id: uuid.UUID) -> Any:
+    return and_(
+        Job.tenant_id == scope.tenant_id,
+        Job.project_id == scope.project_id,
+        Job.public_id == public_id,
     )
+
+
+async def get(session: AsyncSession, scope: Scope, public_id: uuid.UUID) -> Job | None:
+    return await session.scalar(select(Job).where(_mine(scope, public_id)))
+
+
+async def public_id_of(session: AsyncSession, scope: Scope, job_id: int) -> uuid.UUID:
+    found = await session.scalar(
+        select(Job.public_id).where(Job.tenant_id == scope.tenant_id, Job.id == job_id)
+    )
+    assert found is not None
+    return found
 
 
 async def list_jobs(
@@ -374,7 +386,7 @@ async def list_jobs(
     kind: str | None,
     note_id: str | None,
     limit: int,
-    before_id: int | None,
+    before: uuid.UUID | None,
 ) -> Sequence[Job]:
     stmt = select(Job).where(Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id)
     if status:
@@ -383,21 +395,16 @@ async def list_jobs(
         stmt = stmt.where(Job.kind == kind)
     if note_id:
         stmt = stmt.where(Job.note_id == note_id)
-    if before_id is not None:
-        stmt = stmt.where(Job.id < before_id)
+    if before is not None:
+        stmt = stmt.where(Job.id < select(Job.id).where(_mine(scope, before)).scalar_subquery())
     return (await session.execute(stmt.order_by(Job.id.desc()).limit(limit))).scalars().all()
 
 
-async def requeue(session: AsyncSession, scope: Scope, job_id: int) -> Job | None:
+async def requeue(session: AsyncSession, scope: Scope, public_id: uuid.UUID) -> Job | None:
     """A dead job back to pending with fresh attempts."""
     return await session.scalar(
         update(Job)
-        .where(
-            Job.tenant_id == scope.tenant_id,
-            Job.project_id == scope.project_id,
-            Job.id == job_id,
-            Job.status == JobStatus.DEAD.value,
-        )
+        .where(_mine(scope, public_id), Job.status == JobStatus.DEAD.value)
         .values(
             status=JobStatus.PENDING.value,
             attempts=0,
@@ -410,14 +417,8 @@ async def requeue(session: AsyncSession, scope: Scope, job_id: int) -> Job | Non
     )
 
 
-async def delete_job(session: AsyncSession, scope: Scope, job_id: int) -> bool:
-    result = await session.execute(
-        delete(Job)
-        .where(
-            Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id, Job.id == job_id
-        )
-        .returning(Job.id)
-    )
+async def delete_job(session: AsyncSession, scope: Scope, public_id: uuid.UUID) -> bool:
+    result = await session.execute(delete(Job).where(_mine(scope, public_id)).returning(Job.id))
     return result.first() is not None
 
 

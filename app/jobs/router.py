@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Path, Query
 
 from app.deps import LimitsDep, ReadScope, SessionDep, WriteScope
-from app.errors import NotFound
 from app.jobs import service
 from app.jobs.schemas import (
     JobList,
@@ -18,8 +17,13 @@ from app.jobs.schemas import (
     TaskCreated,
     TaskOut,
 )
+from app.wire import api_router
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+JobId = Annotated[
+    str, Path(description="A job or task id (a UUID, as the API shows it).", max_length=45)
+]
+
+router = api_router(prefix="/v1", tags=["jobs"])
 
 
 @router.get("/jobs", response_model=JobList, summary="List background jobs")
@@ -30,25 +34,30 @@ async def list_jobs(
     kind: Annotated[str | None, Query(description="embed, summarize, analyze ...")] = None,
     note_id: Annotated[str | None, Query(description="Only this note's jobs.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    before: Annotated[int | None, Query(description="Jobs older than this id.")] = None,
+    before: Annotated[
+        str | None,
+        Query(
+            description="Jobs older than this one (a job id: `next_before` of a page).",
+            max_length=45,
+        ),
+    ] = None,
 ) -> JobList:
     """The project's jobs, newest first, with attempts and the last error."""
     rows = await service.list_jobs(
-        session, scope, status=status, kind=kind, note_id=note_id, limit=limit, before_id=before
+        session, scope, status=status, kind=kind, note_id=note_id, limit=limit, before=before
     )
-    return JobList(
-        jobs=[JobOut.of(j) for j in rows], next_before=rows[-1].id if len(rows) == limit else None
-    )
+    last = str(rows[-1].public_id) if len(rows) == limit else None
+    return JobList(jobs=[JobOut.of(j) for j in rows], next_before=last)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="Get a job")
-async def get_job(job_id: int, scope: ReadScope, session: SessionDep) -> JobOut:
+async def get_job(job_id: JobId, scope: ReadScope, session: SessionDep) -> JobOut:
     """One job of the project."""
     return JobOut.of(await service.get_job(session, scope, job_id=job_id))
 
 
 @router.post("/jobs/{job_id}/retry", response_model=JobOut, summary="Retry a dead job")
-async def retry_job(job_id: int, scope: WriteScope, session: SessionDep) -> JobOut:
+async def retry_job(job_id: JobId, scope: WriteScope, session: SessionDep) -> JobOut:
     """Send a dead-lettered job back to the queue with its attempts reset."""
     return JobOut.of(await service.retry_job(session, scope, job_id=job_id))
 
@@ -75,16 +84,10 @@ async def create_task(
     return TaskCreated(task_id=str(task_id))
 
 
-def _task_id(raw: str) -> int:
-    if not raw.isdigit():
-        raise NotFound(f"task not found: {raw}")
-    return int(raw)
-
-
 @router.get("/tasks/{task_id}", response_model=TaskOut, summary="Poll a task")
-async def get_task(task_id: str, scope: ReadScope, session: SessionDep) -> TaskOut:
+async def get_task(task_id: JobId, scope: ReadScope, session: SessionDep) -> TaskOut:
     """Status and, once completed, the output (`summary`, or `parts`)."""
-    job = await service.get_task(session, scope, task_id=_task_id(task_id))
+    job = await service.get_task(session, scope, task_id=task_id)
     status = service.task_status(job)
     return TaskOut(
         status=status,
@@ -96,6 +99,6 @@ async def get_task(task_id: str, scope: ReadScope, session: SessionDep) -> TaskO
 
 
 @router.delete("/tasks/{task_id}", status_code=204, summary="Acknowledge a task")
-async def delete_task(task_id: str, scope: WriteScope, session: SessionDep) -> None:
+async def delete_task(task_id: JobId, scope: WriteScope, session: SessionDep) -> None:
     """Forget a task once its output has been taken."""
-    await service.delete_task(session, scope, task_id=_task_id(task_id))
+    await service.delete_task(session, scope, task_id=task_id)

@@ -11,7 +11,7 @@ from app.models import Job
 
 
 class JobOut(BaseModel):
-    id: int
+    id: str = Field(description="Random per job (a UUID); not a sequence number.")
     kind: str
     note_id: str | None
     status: str = Field(description="pending, dispatched, running, done, dead or superseded")
@@ -27,7 +27,7 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, job: Job) -> JobOut:
         return cls(
-            id=job.id,
+            id=str(job.public_id),
             kind=job.kind,
             note_id=job.note_id,
             status=job.status,
@@ -44,7 +44,7 @@ class JobOut(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobOut]
-    next_before: int | None = Field(default=None, description="Pass as `before` for more.")
+    next_before: str | None = Field(default=None, description="Pass as `before` for more.")
 
 
 class Processor(BaseModel):

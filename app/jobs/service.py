@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ async def list_jobs(
     kind: str | None,
     note_id: str | None,
     limit: int,
-    before_id: int | None,
+    before: str | None,
 ) -> Sequence[Job]:
     if status is not None and status not in {s.value for s in JobStatus}:
         raise BadRequest(f"status must be one of {', '.join(s.value for s in JobStatus)}")
@@ -34,24 +35,38 @@ async def list_jobs(
         raise BadRequest(f"kind must be one of {', '.join(k.value for k in JobKind)}")
     if not 1 <= limit <= 500:
         raise BadRequest("limit must be between 1 and 500")
+    before_id = None
+    if before is not None:
+        before_id = parse_public_id(before)
+        if before_id is None:
+            raise BadRequest(f"before must be a job id from this list: {before[:80]!r}")
     return await repo.list_jobs(
-        session, scope, status=status, kind=kind, note_id=note_id, limit=limit, before_id=before_id
+        session, scope, status=status, kind=kind, note_id=note_id, limit=limit, before=before_id
     )
 
 
-async def get_job(session: AsyncSession, scope: Scope, *, job_id: int) -> Job:
-    job = await repo.get(session, scope, job_id)
+def parse_public_id(raw: str) -> uuid.UUID | None:
+    """A job or task id as the API shows it (a UUID), or None."""
+    try:
+        return uuid.UUID(raw) if len(raw) <= 45 else None
+    except ValueError:
+        return None
+
+
+async def get_job(session: AsyncSession, scope: Scope, *, job_id: str) -> Job:
+    public_id = parse_public_id(job_id)
+    job = await repo.get(session, scope, public_id) if public_id is not None else None
     if job is None:
-        raise NotFound(f"job not found: {job_id}")
+        raise NotFound(f"job not found: {job_id[:80]}")
     return job
 
 
-async def retry_job(session: AsyncSession, scope: Scope, *, job_id: int) -> Job:
+async def retry_job(session: AsyncSession, scope: Scope, *, job_id: str) -> Job:
     """Put a dead-lettered job back in the queue with fresh attempts."""
     job = await get_job(session, scope, job_id=job_id)
     if job.status != JobStatus.DEAD.value:
         raise Conflict(f"job {job_id} is {job.status}; only dead jobs can be retried")
-    requeued = await repo.requeue(session, scope, job_id)
+    requeued = await repo.requeue(session, scope, job.public_id)
     assert requeued is not None
     return requeued
 
@@ -64,8 +79,8 @@ async def create_task(
     content: str,
     metadata: dict[str, Any] | None,
     max_chars: int,
-) -> int:
-    """keep's ``POST /v1/tasks``: work on content sent by a local keep."""
+) -> uuid.UUID:
+    """keep's ``POST /v1/tasks``: work on content sent by a local keep; returns its id."""
     if task_type not in TASK_TYPES:
         raise BadRequest(f"task_type must be one of {', '.join(TASK_TYPES)}")
     if not content.strip():
@@ -74,13 +89,14 @@ async def create_task(
         raise PayloadTooLarge(f"content is {len(content)} characters; the limit is {max_chars}")
     if await ingest.sanitizing(session, scope):
         content = sanitize.clean(content)
-    return await repo.enqueue(
+    job_id = await repo.enqueue(
         session,
         scope,
         kind=JobKind.TASK,
         note_id=None,
         payload={"task_type": task_type, "content": content, "metadata": metadata or {}},
     )
+    return await repo.public_id_of(session, scope, job_id)
 
 
 def task_status(job: Job) -> str:
@@ -94,13 +110,14 @@ def task_status(job: Job) -> str:
     }[job.status]
 
 
-async def get_task(session: AsyncSession, scope: Scope, *, task_id: int) -> Job:
-    job = await repo.get(session, scope, task_id)
+async def get_task(session: AsyncSession, scope: Scope, *, task_id: str) -> Job:
+    public_id = parse_public_id(task_id)
+    job = await repo.get(session, scope, public_id) if public_id is not None else None
     if job is None or job.kind != JobKind.TASK.value:
-        raise NotFound(f"task not found: {task_id}")
+        raise NotFound(f"task not found: {task_id[:80]}")
     return job
 
 
-async def delete_task(session: AsyncSession, scope: Scope, *, task_id: int) -> None:
-    await get_task(session, scope, task_id=task_id)
-    await repo.delete_job(session, scope, task_id)
+async def delete_task(session: AsyncSession, scope: Scope, *, task_id: str) -> None:
+    job = await get_task(session, scope, task_id=task_id)
+    await repo.delete_job(session, scope, job.public_id)

@@ -17,8 +17,10 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-VERSION_SUFFIX = re.compile(r"@V\{(-?\d+)\}$")
-PART_SUFFIX = re.compile(r"@[pP]\{?(\d+)\}?$")
+# ASCII digits only (\d also matches "²"), at most 9: a bigger N names no
+# version or part, so such an id is looked up literally (and not found).
+VERSION_SUFFIX = re.compile(r"@V\{(-?[0-9]{1,9})\}$")
+PART_SUFFIX = re.compile(r"@[pP]\{?([0-9]{1,9})\}?$")
 _SLUG = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
 
 
@@ -70,7 +72,10 @@ def _remove_dot_segments(path: str) -> str:
 
 def normalize_http_uri(uri: str) -> str:
     """RFC 3986 §6.2.2 normalisation; credentials are never kept in an id."""
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL"
+        raise InvalidId(f"invalid URI {uri[:200]!r}: {exc}") from exc
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
     if ":" in host:  # IPv6 literal

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import BadRequest
@@ -21,8 +21,9 @@ from app.notes.schemas import (
     VersionList,
     VersionOut,
 )
+from app.wire import MAX_OFFSET, api_router
 
-router = APIRouter(prefix="/v1", tags=["notes"])
+router = api_router(prefix="/v1", tags=["notes"])
 
 
 @router.post("/notes", response_model=NoteOut, summary="Put a note")
@@ -73,8 +74,8 @@ async def list_notes(
     since: Annotated[str | None, Query(description="ISO-8601 duration (P3D) or date.")] = None,
     until: Annotated[str | None, Query(description="ISO-8601 duration or date.")] = None,
     order_by: Literal["updated", "accessed", "created", "id"] = "updated",
-    limit: Annotated[int, Query(ge=1)] = 20,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
     include_hidden: Annotated[
         bool, Query(description="Include system notes (ids starting with '.').")
@@ -160,7 +161,7 @@ async def list_versions(
     scope: ReadScope,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> VersionList:
     """Archived versions, newest first. Offset 1 is the previous version."""
     entries, total = await service.versions(

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import storable
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
@@ -44,7 +45,7 @@ from app.notes.ids import (
 from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, part_view, split_system, version_view
 from app.settings import Settings
-from app.timeutil import keep_ts, parse_timestamp, utcnow
+from app.timeutil import ago, keep_ts, parse_timestamp, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,9 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
         try:
             created_override = parse_timestamp(data.created_at)
         except ValueError as exc:
-            raise BadRequest(f"invalid created_at {data.created_at!r}: use ISO-8601") from exc
+            raise BadRequest(
+                f"invalid created_at {data.created_at[:80]!r}: use ISO-8601 ({exc})"
+            ) from exc
     view = await _write(
         session,
         scope,
@@ -525,29 +528,54 @@ _DURATION = re.compile(
 
 def parse_when(value: str, *, now: datetime | None = None) -> datetime:
     """An ISO-8601 duration back from now (``P3D``, ``PT1H``, ``P1W``) or a date."""
-    from datetime import timedelta
-
     text = value.strip()
     m = _DURATION.match(text.upper())
-    if m and text.upper() not in ("P", "PT"):
-        parts = {k: int(v) if v else 0 for k, v in m.groupdict().items()}
-        delta = timedelta(
-            days=parts["y"] * 365 + parts["mo"] * 30 + parts["w"] * 7 + parts["d"],
-            hours=parts["h"],
-            minutes=parts["mi"],
-            seconds=parts["s"],
-        )
-        return (now or utcnow()) - delta
     try:
+        if m and text.upper() not in ("P", "PT"):
+            parts = {k: int(v) if v else 0 for k, v in m.groupdict().items()}
+            return ago(
+                now or utcnow(),
+                days=parts["y"] * 365 + parts["mo"] * 30 + parts["w"] * 7 + parts["d"],
+                hours=parts["h"],
+                minutes=parts["mi"],
+                seconds=parts["s"],
+            )
         return parse_timestamp(text)
     except ValueError as exc:
         raise BadRequest(
-            f"invalid time {value!r}: use an ISO-8601 duration (P3D, PT1H, P1W) or a date"
+            f"invalid time {value[:80]!r}: use an ISO-8601 duration (P3D, PT1H, P1W) or a "
+            f"date ({exc})"
         ) from exc
 
 
+def _bracket(body: str) -> str:
+    """A glob's ``[...]`` body as a bracket expression of literal characters
+    and ranges: nothing in it reaches the regex engine as syntax."""
+    negate = body[:1] in ("!", "^")
+    chars = body[1:] if negate else body
+    out: list[str] = []
+    i = 0
+    while i < len(chars):
+        lo = chars[i]
+        if i + 2 < len(chars) and chars[i + 1] == "-":
+            hi = chars[i + 2]
+            if lo > hi:
+                raise BadRequest(f"invalid range {lo}-{hi} in glob: the first must not be larger")
+            out.append(f"{_class_char(lo)}-{_class_char(hi)}")
+            i += 3
+        else:
+            out.append(_class_char(lo))
+            i += 1
+    return f"[{'^' if negate else ''}{''.join(out)}]"
+
+
+def _class_char(ch: str) -> str:
+    return "\\" + ch if ch in "\\^]-[" else ch
+
+
 def glob_regex(pattern: str) -> str:
-    """An id glob (``*``, ``?``, ``[...]``) as an anchored regular expression."""
+    """An id glob (``*``, ``?``, ``[...]``) as an anchored regular expression
+    in which only the glob's own operators are syntax."""
     out = ["^"]
     i = 0
     while i < len(pattern):
@@ -556,16 +584,9 @@ def glob_regex(pattern: str) -> str:
             out.append(".*")
         elif ch == "?":
             out.append(".")
-        elif ch == "[":
-            end = pattern.find("]", i + 1)
-            if end == -1:
-                out.append(re.escape(ch))
-            else:
-                body = pattern[i + 1 : end].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"[{body}]")
-                i = end
+        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
+            out.append(_bracket(pattern[i + 1 : end]))
+            i = end
         else:
             out.append(re.escape(ch))
         i += 1
@@ -601,12 +622,12 @@ def _encode_cursor(order_by: str, note: Note) -> str:
 
 def _decode_cursor(cursor: str, order_by: str) -> tuple[datetime | str, str]:
     try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        raw = storable.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         if raw["o"] != order_by:
             raise BadRequest("cursor was made for a different order_by")
         value: datetime | str = raw["v"] if order_by == "id" else parse_timestamp(raw["v"])
         return value, str(raw["i"])
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("invalid cursor") from exc
 
 

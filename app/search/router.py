@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.deps import NoteIdDep, ReadScope, SessionDep
+from app.notes.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
 from app.search import context, service
+from app.wire import MAX_OFFSET, api_router
 
-router = APIRouter(prefix="/v1", tags=["search"])
+# A question, not a document: longer ones are refused (the full-text stage
+# uses at most a dozen of its words anyway).
+MAX_QUERY_CHARS = 10_000
+
+router = api_router(prefix="/v1", tags=["search"])
 
 
 class SearchRequest(BaseModel):
@@ -22,14 +28,24 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    query: str | None = Field(default=None, description="What to look for, in words.")
-    similar_to: str | None = Field(default=None, description="A note id: find notes like it.")
+    query: str | None = Field(
+        default=None,
+        max_length=MAX_QUERY_CHARS,
+        description=f"What to look for, in words (at most {MAX_QUERY_CHARS} characters).",
+    )
+    similar_to: str | None = Field(
+        default=None, max_length=MAX_ID_LENGTH, description="A note id: find notes like it."
+    )
     tags: dict[str, Any] | None = Field(
         default=None, description="key -> value(s); every key must match (a pre-filter)."
     )
-    since: str | None = Field(default=None, description="ISO-8601 duration (P3D) or date.")
-    until: str | None = Field(default=None, description="ISO-8601 duration or date.")
-    scope: str | None = Field(default=None, description="Id glob the results must match.")
+    since: str | None = Field(
+        default=None, max_length=64, description="ISO-8601 duration (P3D) or date."
+    )
+    until: str | None = Field(default=None, max_length=64, description="ISO-8601 duration or date.")
+    scope: str | None = Field(
+        default=None, max_length=MAX_ID_LENGTH, description="Id glob the results must match."
+    )
     limit: int = Field(default=10, ge=1, le=100)
     include_self: bool = Field(default=False, description="With similar_to: keep the anchor.")
     include_hidden: bool = Field(default=False, description="Include system notes.")
@@ -40,9 +56,13 @@ class SearchRequest(BaseModel):
     bias: dict[str, float] | None = Field(
         default=None, description="{id: weight}: 0 excludes, <1 demotes, >1 boosts."
     )
-    stages: str = Field(default="hybrid", description="hybrid, or one stage alone: vector or text.")
+    stages: Literal["hybrid", "vector", "text"] = Field(
+        default="hybrid", description="hybrid, or one stage alone: vector or text."
+    )
     half_life_days: float | None = Field(
         default=None,
+        ge=0,
+        le=1_000_000,
         description="Recency half-life for this query (0 = no decay); "
         "default: the project's setting, 30 days.",
     )
@@ -133,7 +153,10 @@ def _find_input(body: SearchRequest) -> service.FindInput:
 
 class CompactRequest(SearchRequest):
     token_budget: int | None = Field(
-        default=None, ge=1, description="Stop adding results past this many tokens (~chars/4)."
+        default=None,
+        ge=1,
+        le=MAX_OFFSET,
+        description="Stop adding results past this many tokens (~chars/4).",
     )
 
 
@@ -177,7 +200,7 @@ async def timeline(
     session: SessionDep,
     before: Annotated[int, Query(ge=0, le=100)] = 5,
     after: Annotated[int, Query(ge=0, le=100)] = 5,
-    token_budget: Annotated[int | None, Query(ge=1)] = None,
+    token_budget: Annotated[int | None, Query(ge=1, le=MAX_OFFSET)] = None,
 ) -> dict[str, Any]:
     """Notes just before and after this one in time, among notes sharing any of
     its tags (all notes when it has none), one line each, nearest first when
@@ -192,7 +215,7 @@ async def detail(
     note_id: NoteIdDep,
     scope: ReadScope,
     session: SessionDep,
-    token_budget: Annotated[int | None, Query(ge=1)] = None,
+    token_budget: Annotated[int | None, Query(ge=1, le=MAX_OFFSET)] = None,
 ) -> dict[str, Any]:
     """The note's full summary and tags, then its parts and earlier versions
     (one line each) while they fit the token budget."""

@@ -1,0 +1,96 @@
+"""The one door for request input: text and numbers PostgreSQL can store.
+
+Every route is a :class:`CheckedRoute`. Before FastAPI validates a request
+against its schema, the route checks everything a client can send as free
+text or as a number:
+
+* text (JSON string values and keys, query values, path segments, form
+  fields) must not hold NUL (PostgreSQL text cannot) or a lone UTF-16
+  surrogate (it has no UTF-8 form);
+* JSON numbers must be finite and integers must fit in 64 bits (``1e400``,
+  ``NaN`` and ``2**64`` are refused, not turned into infinities or overflow
+  errors deep in the database driver).
+
+A refusal is a 422 in the one error shape, naming the field. Routers build
+with :func:`api_router` so no route can skip this door (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Request, Response
+from fastapi.routing import APIRoute
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+
+from app import storable
+from app.storable import MAX_OFFSET, InputRefused, check_text
+
+__all__ = ["MAX_OFFSET", "CheckedRoute", "api_router", "loads"]
+
+
+class RefusedInput(HTTPException):
+    """422 for input the checks refuse. An HTTP exception so that FastAPI
+    passes it through unchanged from inside its body parsing (anything else
+    raised there becomes a generic 400)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(status_code=422, detail=message)
+
+
+def _check_url(request: Request) -> None:
+    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    check_text(unquote(raw_path.decode("latin-1")), "path")
+    for key, value in request.query_params.multi_items():
+        check_text(key, "query")
+        check_text(value, f"query.{key[:40]}")
+
+
+def loads(raw: bytes | str) -> Any:
+    """Strict JSON (see :func:`app.storable.loads`); refusals are 422s."""
+    try:
+        return storable.loads(raw)
+    except InputRefused as exc:
+        raise RefusedInput(str(exc)) from None
+
+
+class CheckedRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = loads(await self.body())
+        return self._json
+
+    async def _get_form(self, **kwargs: Any) -> FormData:
+        form = await super()._get_form(**kwargs)
+        try:
+            for key, value in form.multi_items():
+                if isinstance(value, str):
+                    check_text(key, "form")
+                    check_text(value, f"form.{key[:40]}")
+        except InputRefused as exc:
+            raise RefusedInput(str(exc)) from None
+        return form
+
+
+class CheckedRoute(APIRoute):
+    """An APIRoute whose requests pass the checks above first."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            try:
+                _check_url(request)
+            except InputRefused as exc:
+                raise RefusedInput(str(exc)) from None
+            return await handler(CheckedRequest(request.scope, request.receive))
+
+        return checked
+
+
+def api_router(**kwargs: Any) -> APIRouter:
+    """Every router of the service: routes pass through :class:`CheckedRoute`."""
+    return APIRouter(route_class=CheckedRoute, **kwargs)
