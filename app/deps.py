@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 from urllib.parse import unquote
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,6 +21,7 @@ from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
 from app.db import Database, set_system
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
+from app.notes.ids import PROJECT_SLUG_PATTERN
 from app.notes.service import Limits, limits_of
 from app.settings import Settings
 from app.tenants import service as tenants_service
@@ -73,6 +74,18 @@ def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
     return credentials.credentials.strip()
 
 
+ProjectHeader = Annotated[
+    str | None,
+    Header(
+        description="Project slug inside the tenant: 2-63 characters of a-z, 0-9 and '-', "
+        "starting with a letter. Created on first use by a key with the 'write' scope.",
+        pattern=PROJECT_SLUG_PATTERN,
+        min_length=2,
+        max_length=63,
+    ),
+]
+
+
 def server_secret(settings: Settings) -> str:
     if settings.secret_key is None:
         raise ServiceUnavailable("server secret is not configured (KEEPMEM_SECRET_KEY)")
@@ -81,23 +94,29 @@ def server_secret(settings: Settings) -> str:
 
 async def current_scope(
     request: Request,
+    response: Response,
     session: SessionDep,
     settings: SettingsDep,
     credentials: Credentials,
-    x_project: Annotated[
-        str | None,
-        Header(description="Project slug inside the tenant; created on first use."),
-    ] = None,
+    x_project: ProjectHeader = None,
 ) -> Scope:
     """Resolve the API key and the project into the request's tenant scope."""
-    resolved = await auth_service.authenticate(
-        session, presented=_bearer(credentials), server_secret=server_secret(settings)
+    redis = request.app.state.redis
+    address = request.client.host if request.client else "unknown"
+    failures = settings.auth_failures_per_minute
+    await ratelimit.refuse_if_failing(redis, address=address, failures_per_minute=failures)
+    try:
+        resolved = await auth_service.authenticate(
+            session, presented=_bearer(credentials), server_secret=server_secret(settings)
+        )
+    except Unauthorized:
+        await ratelimit.count_failure(redis, address=address, failures_per_minute=failures)
+        raise
+    quota = await ratelimit.check(
+        redis, key_id=resolved.key_id, limit_per_minute=settings.rate_limit_per_minute
     )
-    await ratelimit.check(
-        request.app.state.redis,
-        key_id=resolved.key_id,
-        limit_per_minute=settings.rate_limit_per_minute,
-    )
+    if quota is not None:
+        response.headers.update(quota.headers)
     # authenticate() bound the transaction to the tenant (row-level security).
     caches: RequestCaches = request.app.state.caches
     if caches.needs_touch(resolved.key_id):
@@ -106,7 +125,11 @@ async def current_scope(
     project_id = caches.projects.get((resolved.tenant_id, slug))
     if project_id is None:
         project, created = await tenants_service.resolve_project_created(
-            session, tenant_id=resolved.tenant_id, slug=slug
+            session,
+            tenant_id=resolved.tenant_id,
+            slug=slug,
+            may_create=WRITE in resolved.scopes or ADMIN in resolved.scopes,
+            max_projects=settings.max_projects_per_tenant,
         )
         project_id = project.id
         if not created:  # a project made in this request exists only if it commits
@@ -177,16 +200,17 @@ SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work, scope="f
 
 async def optional_scope(
     request: Request,
+    response: Response,
     session: SessionDep,
     settings: SettingsDep,
     credentials: Credentials,
-    x_project: Annotated[str | None, Header()] = None,
+    x_project: ProjectHeader = None,
 ) -> Scope | None:
     """The caller's scope when a valid key is sent, else None (public routes)."""
     if credentials is None:
         return None
     try:
-        return await current_scope(request, session, settings, credentials, x_project)
+        return await current_scope(request, response, session, settings, credentials, x_project)
     except (Unauthorized, Forbidden):
         return None
 

@@ -1,37 +1,133 @@
-"""Per-key request rate limit: a fixed one-minute window counted in Redis.
+"""Request rate limits: token buckets kept in Redis.
 
-It fails open: when Redis is unreachable, requests pass (and the outage shows
-in /v1/ready) rather than a queue outage taking the whole API down.
+A bucket holds up to ``per_minute`` tokens and refills continuously at
+``per_minute / 60`` tokens a second; a request takes one. Unlike a fixed
+window there is no edge to burst across: over any 60 seconds at most
+``2 * per_minute`` requests pass, and over a long run ``per_minute``.
+
+Two kinds of bucket: one per API key (every authenticated request), and
+one per client address that only failed authentications draw from, so a
+key-guessing client is stopped before its guesses reach the database.
+
+Both fail open: when Redis is unreachable, requests pass (the outage shows in
+/v1/ready) rather than a queue outage taking the whole API down.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.errors import TooManyRequests
+from app.logs import log_failure
 
 log = logging.getLogger("keepmem.ratelimit")
 
+# KEYS[1] bucket; ARGV: now (s), capacity, refill per second, cost.
+# Returns {allowed 0/1, tokens left * 1000}. State: tokens, updated-at.
+_TAKE = """
+local capacity = tonumber(ARGV[2])
+local rate = tonumber(ARGV[3])
+local now = tonumber(ARGV[1])
+local cost = tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[1], 't', 'u')
+local tokens = tonumber(state[1])
+local updated = tonumber(state[2])
+if tokens == nil then
+  tokens = capacity
+  updated = now
+end
+tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
+local allowed = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  allowed = 1
+end
+if cost > 0 or allowed == 0 then
+  redis.call('HSET', KEYS[1], 't', tokens, 'u', now)
+  redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
+end
+return {allowed, math.floor(tokens * 1000)}
+"""
 
-async def check(redis: Any, *, key_id: uuid.UUID, limit_per_minute: int) -> None:
-    if redis is None or limit_per_minute <= 0:
-        return
-    window = int(time.time() // 60)
-    bucket = f"keepmem:rl:{key_id}:{window}"
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What a bucket said: the ``X-RateLimit-*`` headers and, if refused, Retry-After."""
+
+    limit: int
+    remaining: int
+    reset_seconds: int  # until the bucket is full again
+    retry_after: int | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        out = {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(self.remaining),
+            "X-RateLimit-Reset": str(self.reset_seconds),
+        }
+        if self.retry_after is not None:
+            out["Retry-After"] = str(self.retry_after)
+        return out
+
+
+async def _take(redis: Any, bucket: str, per_minute: int, cost: int) -> Quota | None:
+    rate = per_minute / 60.0
     try:
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.incr(bucket)
-            pipe.expire(bucket, 61)
-            count, _ = await pipe.execute()
+        allowed, milli = await redis.eval(_TAKE, 1, bucket, time.time(), per_minute, rate, cost)
     except Exception as exc:  # noqa: BLE001 - fail open, see the module doc
-        log.warning("rate limit skipped, redis unavailable: %s", type(exc).__name__)
-        return
-    if int(count) > limit_per_minute:
-        retry_after = 60 - int(time.time()) % 60
+        log_failure(log, "rate limit skipped, redis unavailable", exc)
+        return None
+    tokens = int(milli) / 1000
+    return Quota(
+        limit=per_minute,
+        remaining=max(0, math.floor(tokens)),
+        reset_seconds=math.ceil((per_minute - tokens) / rate),
+        retry_after=None if allowed else max(1, math.ceil((1 - tokens) / rate)),
+    )
+
+
+async def check(redis: Any, *, key_id: object, limit_per_minute: int) -> Quota | None:
+    """Take one token from the key's bucket; 429 when it is empty."""
+    if redis is None or limit_per_minute <= 0:
+        return None
+    quota = await _take(redis, f"keepmem:rl:key:{key_id}", limit_per_minute, 1)
+    if quota is not None and quota.retry_after is not None:
         raise TooManyRequests(
             f"rate limit of {limit_per_minute} requests per minute exceeded for this key",
-            headers={"Retry-After": str(retry_after)},
+            headers=quota.headers,
         )
+    return quota
+
+
+def _address_bucket(address: str) -> str:
+    return f"keepmem:rl:auth:{address}"
+
+
+async def refuse_if_failing(redis: Any, *, address: str, failures_per_minute: int) -> None:
+    """429 for an address whose failed authentications used up its bucket
+    (checked before a presented key is even looked up)."""
+    if redis is None or failures_per_minute <= 0:
+        return
+    quota = await _take(redis, _address_bucket(address), failures_per_minute, 0)
+    if quota is not None and quota.remaining < 1:
+        refused = Quota(
+            limit=quota.limit,
+            remaining=0,
+            reset_seconds=quota.reset_seconds,
+            retry_after=max(1, math.ceil(60 / failures_per_minute)),
+        )
+        raise TooManyRequests(
+            "too many failed authentications from this address; wait and retry",
+            headers=refused.headers,
+        )
+
+
+async def count_failure(redis: Any, *, address: str, failures_per_minute: int) -> None:
+    if redis is None or failures_per_minute <= 0:
+        return
+    await _take(redis, _address_bucket(address), failures_per_minute, 1)

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     max_summary_chars: int = 10_000
     max_summary_length: int = 200
     max_list_limit: int = 1000
+    max_projects_per_tenant: int = Field(
+        default=1000, description="Projects a tenant may create (X-Project on first use)."
+    )
     max_fts_chars: int = 200_000
     max_upload_bytes: int = Field(
         default=25 * 1024 * 1024, description="Largest file accepted by POST /v1/upload."
@@ -67,7 +70,12 @@ class Settings(BaseSettings):
         description="CIDRs that may be fetched although not public (e.g. an intranet wiki).",
     )
     rate_limit_per_minute: int = Field(
-        default=1200, description="Requests per minute per API key; 0 disables."
+        default=1200, description="Requests per minute per API key (a token bucket); 0 disables."
+    )
+    auth_failures_per_minute: int = Field(
+        default=30,
+        description="Failed authentications per minute per client address before it gets "
+        "429s; 0 disables.",
     )
 
     # Providers. Offline defaults: MiniLM embeddings and extractive summaries.

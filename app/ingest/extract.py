@@ -137,6 +137,28 @@ def _tidy(text: str) -> str:
 # -- text and Markdown -------------------------------------------------------------
 
 _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)", re.DOTALL)
+MAX_FRONT_MATTER_CHARS = 64 * 1024
+MAX_FRONT_MATTER_TAGS = 100
+MAX_FRONT_MATTER_VALUE_CHARS = 1000
+
+
+def _front_matter(raw: str) -> Any:
+    """YAML front matter, bounded: no aliases (a few bytes of them expand
+    exponentially: "billion laughs"), at most MAX_FRONT_MATTER_CHARS."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("YAML aliases are not allowed in front matter")
+            return super().compose_node(parent, index)
+
+    if len(raw) > MAX_FRONT_MATTER_CHARS:
+        return None
+    try:
+        return yaml.load(raw, Loader=Loader)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return None
 
 
 def _text(data: bytes, charset: str | None) -> Extracted:
@@ -144,19 +166,14 @@ def _text(data: bytes, charset: str | None) -> Extracted:
     tags: dict[str, str] = {}
     m = _FRONT_MATTER.match(text)
     if m:
-        import yaml
-
-        try:
-            meta = yaml.safe_load(m.group(1))
-        except yaml.YAMLError:
-            meta = None
+        meta = _front_matter(m.group(1))
         if isinstance(meta, dict):
             text = text[m.end() :]
-            for key, value in meta.items():
+            for key, value in list(meta.items())[:MAX_FRONT_MATTER_TAGS]:
                 if isinstance(value, list):
-                    value = ", ".join(str(v) for v in value)
+                    value = ", ".join(str(v) for v in value if not isinstance(v, dict | list))
                 if isinstance(key, str) and value is not None and not isinstance(value, dict):
-                    tags[key.lower()] = str(value)
+                    tags[key.lower()] = str(value)[:MAX_FRONT_MATTER_VALUE_CHARS]
     return Extracted(text=text.strip(), tags=tags)
 
 

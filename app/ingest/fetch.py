@@ -79,10 +79,37 @@ class Fetched:
     data: bytes
 
 
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address carries and may be routed to: mapped
+    (::ffff:a.b.c.d), compatible (::a.b.c.d), NAT64 (64:ff9b::/96 and the
+    local-use 64:ff9b:1::/48), 6to4 (2002::/16) and Teredo (2001::/32: the
+    server and the obfuscated client)."""
+    out: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        out.append(ip.ipv4_mapped)
+    if ip in _IPV4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are not IPv4
+        out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if any(ip in net for net in _NAT64):
+        out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip.sixtofour is not None:
+        out.append(ip.sixtofour)
+    if ip.teredo is not None:
+        out.extend(ip.teredo)
+    return out
+
+
 def is_public(ip: IPAddress) -> bool:
-    """A globally routable unicast address (IPv4-mapped IPv6 judged as IPv4)."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """A globally routable unicast address, and so is every IPv4 address an
+    IPv6 one embeds (NAT64, 6to4, Teredo, mapped or compatible forms reach
+    the IPv4 host through a gateway: 64:ff9b::7f00:1 is 127.0.0.1)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = embedded_ipv4(ip)
+        if inner:
+            return all(is_public(v4) for v4 in inner)
     return ip.is_global and not ip.is_multicast
 
 

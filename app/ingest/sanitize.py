@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 _PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 
@@ -43,7 +44,9 @@ _TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 _BEARER = re.compile(r"\b(Bearer|Token)(\s+)[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@]+:)([^@\s/]+)@", re.IGNORECASE)
+# user:password@ inside the authority only: neither part may cross "/", "?"
+# or "#" (in "http://h:1#@x/" the "@" is in the fragment, not user info).
+_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/?#\s:@]+:)([^@\s/?#]+)@", re.IGNORECASE)
 _ASSIGNED = re.compile(
     r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key"
     r"|access[_-]?token|auth[_-]?token|client[_-]?secret|private[_-]?key)"
@@ -96,10 +99,29 @@ def clean(text: str, report: Report | None = None) -> str:
 
 
 def clean_uri(uri: str, report: Report | None = None) -> str:
-    """A URI without the password of its user info (it becomes a note id)."""
+    """A URI without the password of its user info (it becomes a note id).
+
+    Parsed as a URI, not matched as text, and never changes the scheme, host
+    or port it points to: when the parser sees no password, or removing it
+    would move the URI elsewhere, the URI is returned as it was."""
     report = report if report is not None else Report()
-    out, n = _URL_PASSWORD.subn(lambda m: m.group(1)[:-1] + "@", uri)
-    report.add("url-password", n)
+    try:
+        parts = urlsplit(uri)
+        if parts.password is None or parts.username is None:
+            return uri
+        host = parts.netloc.rpartition("@")[2]
+        out = urlunsplit(parts._replace(netloc=f"{parts.username}@{host}"))
+        after = urlsplit(out)
+        same = (after.scheme, after.hostname, after.port) == (
+            parts.scheme,
+            parts.hostname,
+            parts.port,
+        )
+    except ValueError:  # not a URI the parser accepts: the id rules refuse it later
+        return uri
+    if not same or after.password is not None:
+        return uri
+    report.add("url-password")
     return out
 
 

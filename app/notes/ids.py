@@ -21,7 +21,8 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 # version or part, so such an id is looked up literally (and not found).
 VERSION_SUFFIX = re.compile(r"@V\{(-?[0-9]{1,9})\}$")
 PART_SUFFIX = re.compile(r"@[pP]\{?([0-9]{1,9})\}?$")
-_SLUG = re.compile(r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$")
+PROJECT_SLUG_PATTERN = r"^[a-z][a-z0-9-]{0,61}[a-z0-9]$"
+_SLUG = re.compile(PROJECT_SLUG_PATTERN)
 
 
 class InvalidId(ValueError):

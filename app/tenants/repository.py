@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -41,6 +41,15 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant | None:
 async def get_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str) -> Project | None:
     return await session.scalar(
         select(Project).where(Project.tenant_id == tenant_id, Project.slug == slug)
+    )
+
+
+async def count_projects(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+    return int(
+        await session.scalar(
+            select(func.count()).select_from(Project).where(Project.tenant_id == tenant_id)
+        )
+        or 0
     )
 
 

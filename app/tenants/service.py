@@ -12,7 +12,7 @@ from app.audit import repository as audit
 from app.auth import service as auth_service
 from app.auth.scope import ALL_SCOPES, Scope, mint
 from app.db import set_tenant
-from app.errors import BadRequest, Conflict, NotFound
+from app.errors import BadRequest, Conflict, Forbidden, NotFound
 from app.models import Project, Tenant
 from app.notes import service as notes_service
 from app.notes.ids import InvalidId, validate_project_slug
@@ -81,6 +81,14 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
     return tenant
 
 
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class ProjectLimit(Forbidden):
+    code = "project_limit"
+
+
 async def resolve_project(session: AsyncSession, *, tenant_id: uuid.UUID, slug: str) -> Project:
     """The tenant's project with this slug, created and seeded on first use."""
     project, _ = await resolve_project_created(session, tenant_id=tenant_id, slug=slug)
@@ -88,9 +96,17 @@ async def resolve_project(session: AsyncSession, *, tenant_id: uuid.UUID, slug: 
 
 
 async def resolve_project_created(
-    session: AsyncSession, *, tenant_id: uuid.UUID, slug: str
+    session: AsyncSession,
+    *,
+    tenant_id: uuid.UUID,
+    slug: str,
+    may_create: bool = True,
+    max_projects: int | None = None,
 ) -> tuple[Project, bool]:
-    """Like ``resolve_project``, also saying whether this call created it."""
+    """Like ``resolve_project``, also saying whether this call created it.
+
+    A project is made on first use only when ``may_create`` (the caller can
+    write) and the tenant has fewer than ``max_projects``."""
     try:
         validate_project_slug(slug)
     except InvalidId as exc:
@@ -98,6 +114,12 @@ async def resolve_project_created(
     project = await repo.get_project(session, tenant_id, slug)
     if project is not None:
         return project, False
+    if not may_create:
+        raise ProjectNotFound(
+            f"project {slug!r} does not exist; a key with the 'write' scope creates it on first use"
+        )
+    if max_projects is not None and await repo.count_projects(session, tenant_id) >= max_projects:
+        raise ProjectLimit(f"this tenant already has the maximum of {max_projects} projects")
     project = await repo.insert_project(session, tenant_id, slug)
     if project is None:  # created concurrently; it is seeded by its creator
         project = await repo.get_project(session, tenant_id, slug)
