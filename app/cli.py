@@ -6,9 +6,7 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -130,9 +128,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             "data_dir": str(data_dir),
         }
     )
+    from app.supervisor import ChildProcess, Part, Supervisor
+
     embedded: _Embedded | None = None
     redis: EmbeddedRedis | None = None
-    worker: _Supervised | None = None
+    worker: ChildProcess | None = None
+    supervisor: Supervisor | None = None
     try:
         if settings.database_url:
             from app import migrate
@@ -150,8 +151,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         key = None
         if _run(lambda: _tenant_count(settings)) == 0:
             _, key = _run(lambda: _create_tenant(settings, "default"))
-        worker = _Supervised([sys.executable, "-m", "worker"], {**os.environ, **_env_of(settings)})
+        worker = ChildProcess(
+            "worker", [sys.executable, "-m", "worker"], {**os.environ, **_env_of(settings)}
+        )
         worker.start()
+        # Everything this command started is restarted when it dies.
+        parts: list[Part] = [worker]
+        parts += [embedded.pg] if embedded is not None else []
+        parts += [redis] if redis is not None else []
+        supervisor = Supervisor(parts, say=_eprint)
+        supervisor.start()
         return _serve(
             settings,
             args.host or settings.host,
@@ -161,6 +170,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             data_dir=data_dir,
         )
     finally:
+        if supervisor is not None:
+            supervisor.stop()
         if worker is not None:
             worker.stop()
         if redis is not None:
@@ -169,37 +180,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             embedded.pg.stop()
         lock.release()
         _eprint("keepmem: stopped")
-
-
-class _Supervised:
-    """A child process restarted when it dies on its own (not when we stop it)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.argv = argv
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._stopping = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, daemon=True)
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, env=self.env)
-        self._watcher.start()
-
-    def _watch(self) -> None:
-        while not self._stopping.wait(1.0):
-            if self.proc is not None and self.proc.poll() is not None:
-                _eprint(f"keepmem: worker exited ({self.proc.returncode}); restarting it")
-                self.proc = subprocess.Popen(self.argv, env=self.env)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def _secret(value: str) -> Any:

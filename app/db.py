@@ -75,6 +75,41 @@ class Database:
             yield session
 
 
+# SQLSTATEs of a server that is gone or going: connection exceptions (class
+# 08), admin/crash shutdown and "cannot connect now" (starting up, recovering).
+_OUTAGE_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether an error means the database cannot be reached (rather than a
+    bad statement): the API answers 503 for those, and recovers by itself
+    when the server is back (the pool pre-pings and reconnects)."""
+    from sqlalchemy import exc as sa_exc
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError | sa_exc.TimeoutError):  # refused, reset, pool timeout
+            return True
+        if isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated:
+            return True
+        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if isinstance(state, str) and state.startswith(_OUTAGE_STATES):
+            return True
+        name = type(err).__name__
+        if (
+            name in ("ConnectionDoesNotExistError", "InterfaceError")
+            and "connection" in str(err).lower()
+        ):
+            return True
+        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
+    return False
+
+
 async def set_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
     """Bind the current transaction to one tenant for row-level security."""
     await session.execute(

@@ -79,9 +79,9 @@ ProjectHeader = Annotated[
     Header(
         description="Project slug inside the tenant: 2-63 characters of a-z, 0-9 and '-', "
         "starting with a letter. Created on first use by a key with the 'write' scope.",
-        pattern=PROJECT_SLUG_PATTERN,
-        min_length=2,
-        max_length=63,
+        # Stated for the document; checked by the tenants service, whose 400
+        # names the slug rule (keep's client shows that message).
+        json_schema_extra={"pattern": PROJECT_SLUG_PATTERN, "minLength": 2, "maxLength": 63},
     ),
 ]
 

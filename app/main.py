@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,12 +24,16 @@ from app.graph.router import router as graph_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
 from app.jobs.router import router as jobs_router
+from app.logs import log_failure
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
 from app.providers.embedding.base import QueryCache
+from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
 from app.search.router import router as search_router
 from app.settings import Settings
+
+log = logging.getLogger("keepmem")
 
 _STATUS_CODES = {
     400: "bad_request",
@@ -95,6 +100,15 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         extra = {"detail": exc.detail} if exc.detail is not None else {}
         response = _error(exc.status_code, exc.code, exc.message, **extra)
         response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(ProviderError)
+    async def provider_error(_: Request, exc: ProviderError) -> JSONResponse:
+        # A model or hosted API the request needed failed (the query embedder
+        # of a find, say): the service is degraded, the request was fine.
+        log_failure(log, "provider failed", exc)
+        response = _error(503, "provider_unavailable", f"a model provider failed: {str(exc)[:300]}")
+        response.headers["Retry-After"] = "5"
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -12,6 +13,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.context import request_id_var, timings_var
+from app.db import is_outage
+from app.logs import log_failure
 
 log = logging.getLogger("keepmem")
 
@@ -19,7 +22,14 @@ _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 REQUEST_ID_HEADER = "x-request-id"
 
 
-async def send_error(send: Send, status: int, code: str, message: str, request_id: str) -> None:
+async def send_error(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    request_id: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     body = json.dumps({"error": message, "code": code, "request_id": request_id}).encode()
     await send(
         {
@@ -29,6 +39,7 @@ async def send_error(send: Send, status: int, code: str, message: str, request_i
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                *(headers or []),
             ],
         }
     )
@@ -121,19 +132,47 @@ class RequestContextMiddleware:
             except _TooLarge:
                 if not started:
                     await send_error(send, 413, "payload_too_large", too_large, request_id)
-            except Exception:  # last resort: logged, answered 500
-                # Last line: anything unexpected (a failed commit included) is
-                # logged with the request id and answered 500 in the one shape.
-                log.exception("unhandled error (request_id=%s)", request_id)
-                if not started:
-                    await send_error(
-                        send, 500, "internal_error", "internal server error", request_id
+            except Exception as exc:  # noqa: BLE001 - last resort: logged, answered 5xx
+                # Last line: a database that cannot be reached is a 503 (it
+                # heals by itself); anything else unexpected (a failed commit
+                # included) a 500. Either is logged once per kind and period
+                # (an outage fails every request the same way), with the
+                # request id of the one logged.
+                if is_outage(exc):
+                    log_failure(log, f"database unavailable (request_id={request_id})", exc)
+                    if not started:
+                        await send_error(
+                            send,
+                            503,
+                            "database_unavailable",
+                            "the database is unavailable; retry shortly",
+                            request_id,
+                            headers=[(b"retry-after", b"5")],
+                        )
+                else:
+                    log_failure(
+                        log, f"unhandled error (request_id={request_id})", exc, traceback=True
                     )
+                    if not started:
+                        await send_error(
+                            send, 500, "internal_error", "internal server error", request_id
+                        )
         finally:
             request_id_var.reset(token)
             timings_var.reset(timings_token)
 
 
 def json_safe(value: Any) -> Any:
-    """Validation error details with non-JSON values turned into strings."""
-    return json.loads(json.dumps(value, default=str))
+    """Validation error details with non-JSON values (objects, bytes,
+    infinities) turned into strings."""
+
+    def finite(item: Any) -> Any:
+        if isinstance(item, float) and not math.isfinite(item):
+            return str(item)
+        if isinstance(item, dict):
+            return {str(k): finite(v) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [finite(v) for v in item]
+        return item
+
+    return finite(json.loads(json.dumps(value, default=str)))

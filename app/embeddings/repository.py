@@ -167,8 +167,9 @@ async def restore_version_vectors(
 async def notes_missing_model(
     session: AsyncSession, *, model: str, limit: int
 ) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
-    """User notes (any tenant; system context) with no vector of ``model`` and no
-    embedding work already on its way."""
+    """User notes (any tenant; system context) with text, no vector of
+    ``model`` and no embedding work already on its way. Notes without text
+    (the stubs edge tags make) need no vector: they are never queued."""
     has_vector = (
         select(Embedding.note_id)
         .where(
@@ -193,7 +194,12 @@ async def notes_missing_model(
     )
     missing = (
         select(Note.tenant_id, Note.project_id, Note.id)
-        .where(~Note.id.startswith(".", autoescape=True), ~has_vector, ~has_job)
+        .where(
+            ~Note.id.startswith(".", autoescape=True),
+            func.btrim(func.coalesce(func.nullif(Note.pending_content, ""), Note.summary)) != "",
+            ~has_vector,
+            ~has_job,
+        )
         .limit(limit)
     )
     return [(r[0], r[1], r[2]) for r in (await session.execute(missing)).all()]
