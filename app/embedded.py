@@ -250,6 +250,7 @@ class EmbeddedRedis:
                     "daemonize no",
                     f"logfile {self.dir / 'redis.log'}",
                     "aof-load-truncated yes",
+                    f"pidfile {self.dir / 'redis.pid'}",
                 ]
             )
             + "\n"

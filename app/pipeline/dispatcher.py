@@ -20,6 +20,7 @@ from app.auth.scope import scope_for_job
 from app.embeddings import repository as vectors
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.logs import log_failure
 from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.search import repository as search
@@ -134,6 +135,6 @@ async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = N
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - Redis or DB down: rows wait, we retry
-            log.warning("dispatch round failed (will retry): %s: %s", type(exc).__name__, exc)
+            log_failure(log, "dispatch round failed (will retry)", exc)
         if moved == 0:
             await asyncio.sleep(settings.dispatch_poll_seconds)
