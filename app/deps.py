@@ -21,7 +21,7 @@ from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
 from app.db import Database, set_system
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
-from app.notes.ids import PROJECT_SLUG_PATTERN
+from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.notes.service import Limits, limits_of
 from app.settings import Settings
 from app.tenants import service as tenants_service
@@ -157,13 +157,20 @@ WriteScope = Annotated[Scope, Depends(require(WRITE))]
 AdminScope = Annotated[Scope, Depends(require(ADMIN))]
 
 
+# A percent-encoded id: up to three characters per character, and a selector.
+NOTE_PATH_MAX = 3 * MAX_ID_LENGTH + 32
+
+
 def note_id_path(
     note_id: Annotated[
         str,
         Path(
             description="Note id, percent-encoded as one path segment "
             "(e.g. `file%3A%2F%2F%2Ftmp%2Fa.md`, `%2532142b0dd147`). "
-            "`ID@V{N}` addresses a version, `ID@P{N}` a part."
+            "`ID@V{N}` addresses a version, `ID@P{N}` a part. "
+            f"At most {MAX_ID_LENGTH} characters once decoded.",
+            min_length=1,
+            max_length=NOTE_PATH_MAX,
         ),
     ],
 ) -> str:

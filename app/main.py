@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app import __version__
+from app import __version__, docs
 from app.admin.router import router as admin_router
 from app.auth.router import router as keys_router
 from app.caches import RequestCaches
@@ -92,7 +92,12 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # The docs page is served with assets from keepmem itself (below):
+        # FastAPI's default loads them from a public CDN, blank offline.
+        docs_url=None,
+        redoc_url=None,
     )
+    docs.mount(app)
     app.state.settings = settings
 
     @app.exception_handler(AppError)

@@ -23,13 +23,14 @@ from urllib.parse import unquote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
 from app import storable
 from app.storable import MAX_OFFSET, InputRefused, check_text
 
-__all__ = ["MAX_OFFSET", "CheckedRoute", "api_router", "loads"]
+__all__ = ["ERROR_RESPONSES", "MAX_OFFSET", "CheckedRoute", "ErrorOut", "api_router", "loads"]
 
 
 class RefusedInput(HTTPException):
@@ -91,6 +92,33 @@ class CheckedRoute(APIRoute):
         return checked
 
 
+class ErrorOut(BaseModel):
+    """Every error the API answers, whatever its status."""
+
+    error: str = Field(description="What went wrong, for a person.")
+    code: str = Field(description="Stable machine-readable code, e.g. note_not_found.")
+    request_id: str = Field(description="Also in the X-Request-ID header; quote it in reports.")
+    detail: Any = Field(default=None, description="Validation errors, per field (422).")
+
+
+_ERRORS = {
+    400: "Bad request: a value breaks a rule the message names.",
+    401: "Missing or invalid credentials.",
+    403: "The key lacks the scope this needs, or a quota is reached.",
+    404: "No such note, job, key or route in this tenant and project.",
+    409: "Conflicts with the current state (e.g. retrying a job that is not dead).",
+    413: "The body or a field is larger than the service accepts.",
+    422: "The request does not match the schema, or holds text or numbers that "
+    "cannot be stored (NUL, lone surrogates, non-finite or 64-bit-overflowing numbers).",
+    429: "Rate limited: see Retry-After and the X-RateLimit-* headers.",
+    503: "A dependency is unavailable (database, model provider); retry after Retry-After.",
+}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": text} for status, text in _ERRORS.items()
+}
+
+
 def api_router(**kwargs: Any) -> APIRouter:
-    """Every router of the service: routes pass through :class:`CheckedRoute`."""
-    return APIRouter(route_class=CheckedRoute, **kwargs)
+    """Every router of the service: routes pass through :class:`CheckedRoute`
+    and document every error status in the one error shape."""
+    return APIRouter(route_class=CheckedRoute, responses=ERROR_RESPONSES, **kwargs)

@@ -63,3 +63,54 @@ async def test_openapi_documents_every_route_with_bearer(client) -> None:
                 assert op.get("security"), f"{method.upper()} {route} has no security"
     docs = await client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+async def test_docs_page_is_self_contained(client) -> None:
+    """/docs works on a closed network: every script, style and icon it
+    references is served by keepmem itself."""
+    import re
+
+    page = await client.get("/docs")
+    assert page.status_code == 200
+    refs = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"]([^'"]+)['"]""", page.text)
+    assert refs, page.text
+    for ref in refs:
+        assert not re.match(r"^(?:[a-z]+:)?//", ref), f"/docs references an outside host: {ref}"
+        assert (await client.get(ref)).status_code == 200, ref
+    assert "validatorUrl" in page.text  # turned off: the badge would come from swagger.io
+    assert "/docs/assets/swagger-ui-bundle.js" in refs
+
+
+async def test_openapi_states_errors_limits_and_patterns(client) -> None:
+    """Every operation declares the error statuses it can answer, in the one
+    error shape; every integer parameter has a maximum; ids, X-Project and
+    scopes state their rules."""
+    spec = (await client.get("/openapi.json")).json()
+    error_ref = "#/components/schemas/ErrorOut"
+    project_headers = note_paths = 0
+    for route, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for status in ("400", "401", "404", "422", "429", "503"):
+                declared = op["responses"].get(status)
+                assert declared, f"{method.upper()} {route} does not declare {status}"
+                schema = declared["content"]["application/json"]["schema"]
+                assert schema == {"$ref": error_ref}, (route, status, schema)
+            for param in op.get("parameters", []):
+                schema = param["schema"]
+                options = schema.get("anyOf", [schema])
+                for option in options:
+                    if option.get("type") == "integer":
+                        assert "maximum" in option, f"{route} {param['name']} has no maximum"
+                if param["name"].lower() == "x-project":
+                    project_headers += 1
+                    assert schema.get("pattern") and schema.get("maxLength") == 63
+                if param["name"] == "note_id":
+                    options = schema.get("anyOf", [schema])
+                    note_paths += 1
+                    option = next(o for o in options if o.get("type") == "string")
+                    assert option["minLength"] == 1 and option["maxLength"] >= 1024
+    assert project_headers > 20 and note_paths > 8
+    key_create = spec["components"]["schemas"]["KeyCreate"]["properties"]["scopes"]
+    assert key_create["items"]["enum"] == ["read", "write", "admin"]
+    search = spec["components"]["schemas"]["SearchRequest"]["properties"]
+    assert search["query"]["anyOf"][0]["maxLength"] == 10_000

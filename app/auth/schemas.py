@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from app.models import ApiKey, Tenant
 
+Permission = Literal["read", "write", "admin"]
+
 
 class KeyCreate(BaseModel):
-    name: str = Field(description="What the key is for.", examples=["ci"])
-    scopes: list[str] = Field(
-        default_factory=lambda: ["read", "write"], description="Any of read, write, admin."
+    name: str = Field(
+        description="What the key is for.", examples=["ci"], min_length=1, max_length=200
+    )
+    scopes: list[Permission] = Field(
+        default_factory=lambda: list[Permission](["read", "write"]),
+        min_length=1,
+        max_length=3,
+        description="Any of read, write, admin.",
     )
     expires_at: datetime | None = Field(default=None, description="Optional expiry (ISO-8601).")
 
@@ -53,7 +61,9 @@ class KeyList(BaseModel):
 
 
 class TenantCreate(BaseModel):
-    name: str = Field(description="Unique tenant name.", examples=["acme"])
+    name: str = Field(
+        description="Unique tenant name.", examples=["acme"], min_length=1, max_length=200
+    )
 
 
 class TenantOut(BaseModel):

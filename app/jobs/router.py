@@ -17,6 +17,7 @@ from app.jobs.schemas import (
     TaskCreated,
     TaskOut,
 )
+from app.notes.ids import MAX_ID_LENGTH
 from app.wire import api_router
 
 JobId = Annotated[
@@ -32,7 +33,10 @@ async def list_jobs(
     session: SessionDep,
     status: Annotated[str | None, Query(description="pending, running, done, dead ...")] = None,
     kind: Annotated[str | None, Query(description="embed, summarize, analyze ...")] = None,
-    note_id: Annotated[str | None, Query(description="Only this note's jobs.")] = None,
+    note_id: Annotated[
+        str | None,
+        Query(description="Only this note's jobs.", min_length=1, max_length=MAX_ID_LENGTH),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[
         str | None,
