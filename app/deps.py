@@ -121,7 +121,9 @@ async def current_scope(
     caches: RequestCaches = request.app.state.caches
     if caches.needs_touch(resolved.key_id):
         await auth_service.record_use(session, resolved)
-    slug = (x_project or DEFAULT_PROJECT).strip()
+    # Absent: the default project. Present but empty is a client bug, not a
+    # request for the default (keep sends the header only when configured).
+    slug = DEFAULT_PROJECT if x_project is None else x_project.strip()
     project_id = caches.projects.get((resolved.tenant_id, slug))
     if project_id is None:
         project, created = await tenants_service.resolve_project_created(

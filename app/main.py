@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app import __version__, docs
 from app.admin.router import router as admin_router
@@ -64,6 +65,15 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     request_id = request_id_var.get() or ""
     body: dict[str, Any] = {"error": message, "code": code, "request_id": request_id, **extra}
     return JSONResponse(body, status_code=status)
+
+
+def _methods_for(app: FastAPI, request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
@@ -125,12 +135,17 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         return _error(422, "invalid", message, detail=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _STATUS_CODES.get(exc.status_code, "error")
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = getattr(exc, "code", None) or _STATUS_CODES.get(exc.status_code, "error")
+        if exc.status_code == 405:
+            # Starlette names only the first route matching the path; list all.
+            exc.headers = {"Allow": ", ".join(_methods_for(app, request))}
         message = str(exc.detail) if exc.detail else code
         if exc.status_code == 404 and message == "Not Found":
             message = "no such route"
-        return _error(exc.status_code, code, message)
+        response = _error(exc.status_code, code, message)
+        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+        return response
 
     app.include_router(health_router)
     app.include_router(notes_router)

@@ -11,7 +11,8 @@ text or as a number:
   ``NaN`` and ``2**64`` are refused, not turned into infinities or overflow
   errors deep in the database driver).
 
-A refusal is a 422 in the one error shape, naming the field. Routers build
+A refusal is a 400 (code ``invalid_input``) in the one error shape, naming
+the field. Routers build
 with :func:`api_router` so no route can skip this door (a test checks it).
 """
 
@@ -34,12 +35,15 @@ __all__ = ["ERROR_RESPONSES", "MAX_OFFSET", "CheckedRoute", "ErrorOut", "api_rou
 
 
 class RefusedInput(HTTPException):
-    """422 for input the checks refuse. An HTTP exception so that FastAPI
-    passes it through unchanged from inside its body parsing (anything else
-    raised there becomes a generic 400)."""
+    """400 (code ``invalid_input``) for input the checks refuse: well-formed
+    by the schema, but not storable. An HTTP exception so that FastAPI passes
+    it through unchanged from inside its body parsing (anything else raised
+    there becomes a generic 400 without the reason)."""
+
+    code = "invalid_input"
 
     def __init__(self, message: str) -> None:
-        super().__init__(status_code=422, detail=message)
+        super().__init__(status_code=400, detail=message)
 
 
 def _check_url(request: Request) -> None:

@@ -62,7 +62,12 @@ async def ready(request: Request, session: SessionDep) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-@router.get("/health", summary="Health, with the caller's note count")
+@router.get(
+    "/health",
+    summary="Health, with the caller's note count",
+    # the key is optional here: {} in the security list says so
+    openapi_extra={"security": [{}]},
+)
 async def health(request: Request, session: SessionDep, scope: OptionalScope) -> JSONResponse:
     """Like /v1/ready, plus `item_count` of the caller's project when a valid
     key is sent (null otherwise)."""

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import storable
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from app.feed import repository as feed
 from app.graph import service as graph
 from app.ingest import sanitize
@@ -127,7 +127,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
     content = data.content
     if content is None:
         if data.uri is None:
-            raise Unprocessable("put needs content or uri")
+            raise BadRequest("put needs content or uri")
         return await _put_by_uri(session, scope, data=data, limits=limits)
     if len(content) > limits.max_content_chars:
         raise PayloadTooLarge(
@@ -143,7 +143,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
         note_id = _id(data.uri, "uri")
     else:
         if not content.strip():
-            raise Unprocessable("content is empty")
+            raise BadRequest("content is empty")
         note_id = content_id(content)
     if is_part_id(note_id):
         raise BadRequest(f"cannot put to a part id {note_id!r}: parts are made by analysis")
@@ -835,7 +835,7 @@ async def move(
     moved_history = [v for v in history if tagrules.matches(v.tags, wanted)]
     current_moves = tagrules.matches(src.tags, wanted)
     if not moved_history and not current_moves:
-        raise Unprocessable("no versions of the source match the tag filter")
+        raise BadRequest("no versions of the source match the tag filter")
 
     now = utcnow()
     entries: list[dict[str, Any]] = [
