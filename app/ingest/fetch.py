@@ -81,19 +81,20 @@ class Fetched:
 
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses an IPv6 address carries and may be routed to: mapped
-    (::ffff:a.b.c.d), compatible (::a.b.c.d), NAT64 (64:ff9b::/96 and the
-    local-use 64:ff9b:1::/48), 6to4 (2002::/16) and Teredo (2001::/32: the
-    server and the obfuscated client)."""
+    (::ffff:a.b.c.d), translated (::ffff:0:a.b.c.d), compatible (::a.b.c.d),
+    NAT64 (64:ff9b::/96 and the local-use 64:ff9b:1::/48), 6to4 (2002::/16)
+    and Teredo (2001::/32: the server and the obfuscated client)."""
     out: list[ipaddress.IPv4Address] = []
     if ip.ipv4_mapped is not None:
         out.append(ip.ipv4_mapped)
     if ip in _IPV4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are not IPv4
         out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    if any(ip in net for net in _NAT64):
+    if ip in _IPV4_TRANSLATED or any(ip in net for net in _NAT64):
         out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     if ip.sixtofour is not None:
         out.append(ip.sixtofour)

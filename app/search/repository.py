@@ -121,7 +121,9 @@ async def semantic(
         column: Any = literal_column(f"embeddings.embedding::vector({dim})")
         query_vec: Any = text(f"CAST(:qv AS vector({dim}))").bindparams(qv=literal)
     else:
-        column = Embedding.embedding
+        # Untyped on both sides: the query vector travels as text and is cast
+        # in SQL (a typed column would make SQLAlchemy bind it as a Vector).
+        column = literal_column("embeddings.embedding")
         query_vec = text("CAST(:qv AS vector)").bindparams(qv=literal)
     distance = column.op("<=>")(query_vec)
     stamp = func.coalesce(NoteVersion.updated_at, Note.updated_at)
