@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,7 +13,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from app import __version__, docs
 from app.admin.router import router as admin_router
@@ -68,12 +68,18 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 
 def _methods_for(app: FastAPI, request: Request) -> list[str]:
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    """The methods the OpenAPI document lists for the request's path (for
+    the ``Allow`` header of a 405: Starlette names only the first match)."""
+    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(app.state, "allow", None)
+    if table is None:
+        table = []
+        for template, operations in app.openapi().get("paths", {}).items():
+            pattern = re.sub(r"\\\{[^}:]+:path\\\}", ".+", re.escape(template))
+            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
+            table.append((re.compile(f"^{pattern}$"), sorted(m.upper() for m in operations)))
+        app.state.allow = table
+    path = request.scope.get("path", "")
+    return sorted({m for regex, methods in table if regex.match(path) for m in methods})
 
 
 def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:

@@ -53,3 +53,25 @@ def test_services_do_not_import_fastapi_or_arq_or_commit() -> None:
         for module, _ in _imports(path):
             assert not module.startswith(("fastapi", "starlette", "arq")), path
         assert ".commit(" not in source, path
+
+
+def test_every_route_passes_the_input_door() -> None:
+    """No route can skip the checks on request text and numbers (app.wire)."""
+    from fastapi.routing import APIRoute
+
+    from app.main import create_app
+    from app.settings import Settings
+    from app.wire import CheckedRoute
+
+    def flat(routes: list) -> list:
+        out = []
+        for route in routes:
+            inner = getattr(route, "original_router", None)  # an included router
+            out += flat(inner.routes) if inner is not None else [route]
+        return out
+
+    routes = [r for r in flat(create_app(Settings()).routes) if isinstance(r, APIRoute)]
+    assert len(routes) > 30
+    unchecked = [r.path for r in routes if not isinstance(r, CheckedRoute)]
+    # /docs pages are HTML for people, not API input
+    assert [p for p in unchecked if not p.startswith("/docs")] == []

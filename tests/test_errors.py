@@ -114,3 +114,11 @@ async def test_openapi_states_errors_limits_and_patterns(client) -> None:
     assert key_create["items"]["enum"] == ["read", "write", "admin"]
     search = spec["components"]["schemas"]["SearchRequest"]["properties"]
     assert search["query"]["anyOf"][0]["maxLength"] == 10_000
+
+
+async def test_405_lists_every_method_of_the_path(client, tenant) -> None:
+    r = await client.request("TRACE", "/v1/notes", headers=tenant.headers)
+    assert r.status_code == 405 and r.json()["code"] == "method_not_allowed"
+    assert r.headers["allow"] == "GET, POST"
+    r = await client.put("/v1/notes/x", headers=tenant.headers)
+    assert r.headers["allow"] == "DELETE, GET"
