@@ -1,9 +1,5 @@
-"""Engine, sessions and the tenant-scoped transaction.
-
-Row-level security keys on two per-transaction settings: ``keepmem.tenant_id``
-(a tenant's requests) and ``keepmem.system`` (the admin API and the outbox
-dispatcher). Both are set with ``set_config(..., true)``, so they end with the
-transaction and never leak to the next user of a pooled connection.
+"""Engine and sessions. Binding a transaction to a tenant (row-level
+security) is ``app.tenancy``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +8,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -64,14 +59,17 @@ class Database:
 
     @asynccontextmanager
     async def tenant_transaction(self, tenant_id: uuid.UUID) -> AsyncIterator[AsyncSession]:
-        async with self.transaction() as session:
-            await set_tenant(session, tenant_id)
+        """A transaction bound to a tenant id (tests, tools; see app.tenancy)."""
+        from app import tenancy
+
+        async with tenancy.tenant_id_transaction(self, tenant_id) as session:
             yield session
 
     @asynccontextmanager
     async def system_transaction(self) -> AsyncIterator[AsyncSession]:
-        async with self.transaction() as session:
-            await set_system(session)
+        from app import tenancy
+
+        async with tenancy.system_transaction(self) as session:
             yield session
 
 
@@ -108,15 +106,3 @@ def is_outage(exc: BaseException) -> bool:
             return True
         todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return False
-
-
-async def set_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
-    """Bind the current transaction to one tenant for row-level security."""
-    await session.execute(
-        text("SELECT set_config('keepmem.tenant_id', :tid, true)"), {"tid": str(tenant_id)}
-    )
-
-
-async def set_system(session: AsyncSession) -> None:
-    """Let the current transaction see every tenant (admin API, dispatcher)."""
-    await session.execute(text("SELECT set_config('keepmem.system', 'on', true)"))

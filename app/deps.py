@@ -15,15 +15,14 @@ from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import ratelimit
+from app import ratelimit, tenancy
 from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
-from app.db import Database, set_system
+from app.db import Database
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
-from app.notes.service import Limits, limits_of
-from app.settings import Settings
+from app.settings import Limits, Settings
 from app.tenants import service as tenants_service
 from app.tenants.service import DEFAULT_PROJECT
 
@@ -42,7 +41,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
 def get_limits(settings: SettingsDep) -> Limits:
-    return limits_of(settings)
+    return settings.limits
 
 
 LimitsDep = Annotated[Limits, Depends(get_limits)]
@@ -117,10 +116,12 @@ async def current_scope(
     )
     if quota is not None:
         response.headers.update(quota.headers)
-    # authenticate() bound the transaction to the tenant (row-level security).
+    # From here the unit of work is the key's tenant's (row-level security).
+    tenant = auth_service.tenant_of(resolved)
+    await tenancy.bind(session, tenant)
     caches: RequestCaches = request.app.state.caches
     if caches.needs_touch(resolved.key_id):
-        await auth_service.record_use(session, resolved)
+        await auth_service.record_use(session, tenant)
     # Absent: the default project. Present but empty is a client bug, not a
     # request for the default (keep sends the header only when configured).
     slug = DEFAULT_PROJECT if x_project is None else x_project.strip()
@@ -128,21 +129,15 @@ async def current_scope(
     if project_id is None:
         project, created = await tenants_service.resolve_project_created(
             session,
-            tenant_id=resolved.tenant_id,
+            tenant,
             slug=slug,
-            may_create=WRITE in resolved.scopes or ADMIN in resolved.scopes,
+            may_create=WRITE in tenant.permissions or ADMIN in tenant.permissions,
             max_projects=settings.max_projects_per_tenant,
         )
         project_id = project.id
         if not created:  # a project made in this request exists only if it commits
             caches.projects.put((resolved.tenant_id, slug), project_id)
-    return mint(
-        tenant_id=resolved.tenant_id,
-        project_id=project_id,
-        project_slug=slug,
-        key_id=resolved.key_id,
-        permissions=frozenset(resolved.scopes),
-    )
+    return mint(tenant, project_id=project_id, project_slug=slug)
 
 
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:
@@ -200,7 +195,7 @@ async def system_unit_of_work(
     _: Annotated[None, Depends(admin_guard)], db: Annotated[Database, Depends(get_db)]
 ) -> AsyncIterator[AsyncSession]:
     async with db.sessions() as session, session.begin():
-        await set_system(session)
+        await tenancy.bind_system(session)
         yield session
 
 

@@ -6,10 +6,23 @@ Nothing else in the code base reads ``os.environ``.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits the notes rules apply, as one value (``Settings.limits``)."""
+
+    max_content_chars: int = 1_000_000
+    max_summary_chars: int = 10_000
+    max_summary_length: int = 200
+    max_list_limit: int = 1000
+    max_fts_chars: int = 200_000
+    graph_extraction: bool = True  # queue extract_graph jobs (graph_provider != "none")
 
 
 class Settings(BaseSettings):
@@ -165,6 +178,17 @@ class Settings(BaseSettings):
         if not value.replace("_", "").isalnum() or not value[0].isalpha():
             raise ValueError("app_role must be a plain SQL identifier")
         return value
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_content_chars=self.max_content_chars,
+            max_summary_chars=self.max_summary_chars,
+            max_summary_length=self.max_summary_length,
+            max_list_limit=self.max_list_limit,
+            max_fts_chars=self.max_fts_chars,
+            graph_extraction=self.graph_provider != "none",
+        )
 
     @property
     def effective_owner_url(self) -> str | None:

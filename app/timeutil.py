@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+
+from app.errors import BadRequest
 
 # Times a client may send (created_at, since, until): wide enough for any
 # history, narrow enough that date arithmetic and time zones never overflow.
@@ -51,3 +54,31 @@ def ago(now: datetime, **parts: int) -> datetime:
         return in_range(now - timedelta(**parts))
     except OverflowError as exc:
         raise ValueError("duration out of range") from exc
+
+
+_DURATION = re.compile(
+    r"^P(?:(?P<y>\d+)Y)?(?:(?P<mo>\d+)M)?(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
+    r"(?:T(?:(?P<h>\d+)H)?(?:(?P<mi>\d+)M)?(?:(?P<s>\d+)S)?)?$"
+)
+
+
+def parse_when(value: str, *, now: datetime | None = None) -> datetime:
+    """An ISO-8601 duration back from now (``P3D``, ``PT1H``, ``P1W``) or a date."""
+    text = value.strip()
+    m = _DURATION.match(text.upper())
+    try:
+        if m and text.upper() not in ("P", "PT"):
+            parts = {k: int(v) if v else 0 for k, v in m.groupdict().items()}
+            return ago(
+                now or utcnow(),
+                days=parts["y"] * 365 + parts["mo"] * 30 + parts["w"] * 7 + parts["d"],
+                hours=parts["h"],
+                minutes=parts["mi"],
+                seconds=parts["s"],
+            )
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise BadRequest(
+            f"invalid time {value[:80]!r}: use an ISO-8601 duration (P3D, PT1H, P1W) or a "
+            f"date ({exc})"
+        ) from exc

@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.scope import TenantScope
 from app.models import ApiKey
 
 
@@ -24,14 +25,12 @@ class ResolvedKey:
 
 
 async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
-    """Look a key up by hash before any tenant is known (SECURITY DEFINER function)."""
+    """Look a key up by hash before any tenant is known (SECURITY DEFINER
+    function): the one repository function that runs without a scope."""
     row = (
         await session.execute(
-            # Resolving binds the transaction to the key's tenant in the same
-            # round trip; a failed check below aborts the request anyway.
             text(
-                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled, "
-                "set_config('keepmem.tenant_id', tenant_id::text, true) "
+                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled "
                 "FROM keepmem_resolve_api_key(:h)"
             ),
             {"h": key_hash},
@@ -49,18 +48,13 @@ async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
     )
 
 
-async def unbind(session: AsyncSession) -> None:
-    """Undo the tenant binding ``resolve`` made, for a key that was refused."""
-    await session.execute(text("SELECT set_config('keepmem.tenant_id', '', true)"))
-
-
-async def touch(session: AsyncSession, tenant_id: uuid.UUID, key_id: uuid.UUID) -> None:
-    """Record use, at most once a minute per key, to keep reads cheap."""
+async def touch(session: AsyncSession, scope: TenantScope) -> None:
+    """Record the scope's key was used, at most once a minute per key, to keep reads cheap."""
     await session.execute(
         update(ApiKey)
         .where(
-            ApiKey.tenant_id == tenant_id,
-            ApiKey.id == key_id,
+            ApiKey.tenant_id == scope.tenant_id,
+            ApiKey.id == scope.key_id,
             (ApiKey.last_used_at.is_(None))
             | (ApiKey.last_used_at < text("now() - interval '60 seconds'")),
         )

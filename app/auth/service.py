@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
-from app.auth.scope import ALL_SCOPES
+from app.auth.scope import ALL_SCOPES, TenantScope, mint_tenant
 from app.errors import BadRequest, NotFound, Unauthorized
 from app.models import ApiKey
 from app.timeutil import utcnow
@@ -43,13 +43,21 @@ async def authenticate(
     elif resolved.tenant_disabled:
         problem = "tenant disabled"
     if problem is not None:
-        await repo.unbind(session)
         raise Unauthorized(problem)
     return resolved
 
 
-async def record_use(session: AsyncSession, resolved: repo.ResolvedKey) -> None:
-    await repo.touch(session, resolved.tenant_id, resolved.key_id)
+def tenant_of(resolved: repo.ResolvedKey) -> TenantScope:
+    """The tenant scope a resolved key grants."""
+    return mint_tenant(
+        tenant_id=resolved.tenant_id,
+        key_id=resolved.key_id,
+        permissions=frozenset(resolved.scopes),
+    )
+
+
+async def record_use(session: AsyncSession, scope: TenantScope) -> None:
+    await repo.touch(session, scope)
 
 
 def _check_scopes(scopes: Sequence[str]) -> list[str]:

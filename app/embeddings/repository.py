@@ -10,7 +10,7 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
+from app.auth.scope import Scope, TenantScope
 from app.models import Embedding, Job, Note
 
 INDEXED_DIMS = (384,)  # dimensions with an HNSW partial index (migration 0001)
@@ -94,14 +94,14 @@ async def _upsert_rows(session: AsyncSession, rows: list[dict[str, Any]]) -> Non
 
 
 async def vectors_for_hashes(
-    session: AsyncSession, tenant_id: uuid.UUID, model: str, content_hashes: Sequence[str]
+    session: AsyncSession, tenant: TenantScope, model: str, content_hashes: Sequence[str]
 ) -> dict[str, list[float]]:
     """Existing vectors of the same texts and model in this tenant (dedup)."""
     if not content_hashes:
         return {}
     rows = await session.execute(
         select(Embedding.content_hash, Embedding.embedding).where(
-            Embedding.tenant_id == tenant_id,
+            Embedding.tenant_id == tenant.tenant_id,
             Embedding.model == model,
             Embedding.content_hash.in_(list(set(content_hashes))),
         )

@@ -33,6 +33,7 @@ from app.notes.views import ItemView, split_system
 from app.providers.errors import ProviderError
 from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
+from app.settings import Limits
 
 _TAG_KEY = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,127}$")
 
@@ -102,7 +103,7 @@ async def store(
     found_tags: Mapping[str, str],
     user_tags: Mapping[str, Any] | None,
     content_type: str,
-    limits: note_service.Limits,
+    limits: Limits,
     uri: str | None = None,
     placeholder: str | None = None,
     analyze: bool = False,
@@ -133,6 +134,36 @@ async def store(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A document's text that background work (fetch, OCR) delivers for a note."""
+
+    text: str
+    found_tags: Mapping[str, Any]
+    user_tags: Mapping[str, Any]
+    content_type: str
+    uri: str | None = None
+    analyze: bool = False
+
+
+async def deliver(
+    session: AsyncSession, scope: Scope, note_id: str, doc: Delivered, *, limits: Limits
+) -> ItemView:
+    """Store what a fetch or OCR job delivered as the note's content."""
+    return await store(
+        session,
+        scope,
+        note_id=note_id,
+        text=doc.text,
+        found_tags=doc.found_tags,
+        user_tags=doc.user_tags,
+        content_type=doc.content_type,
+        limits=limits,
+        uri=doc.uri,
+        analyze=doc.analyze,
+    )
+
+
 async def upload(
     session: AsyncSession,
     scope: Scope,
@@ -142,7 +173,7 @@ async def upload(
     content_type: str | None,
     note_id: str | None,
     user_tags: Mapping[str, Any] | None,
-    limits: note_service.Limits,
+    limits: Limits,
     max_upload_bytes: int,
     max_pdf_pages: int,
 ) -> ItemView:
@@ -208,14 +239,3 @@ async def held_images(session: AsyncSession, scope: Scope, job_id: int) -> list[
 
 async def release_images(session: AsyncSession, scope: Scope, job_id: int) -> None:
     await repo.release_images(session, scope, job_id)
-
-
-async def give_up(session: AsyncSession, scope: Scope, note_id: str, reason: str) -> None:
-    """A document that will not come: its placeholder summary says why."""
-    note = await notes.get(session, scope, note_id, lock=True)
-    if note is None or note_service.PENDING_TAG not in note.tags:
-        return
-    kind = note.tags[note_service.PENDING_TAG]
-    tags = {k: v for k, v in note.tags.items() if k != note_service.PENDING_TAG}
-    summary = f"{note_id}: {kind} failed: {reason}"[:1000]
-    await notes.update_note(session, scope, note_id, values={"summary": summary, "tags": tags})

@@ -18,7 +18,7 @@ T = TypeVar("T")
 async def sanitizing(session: AsyncSession, scope: Scope) -> bool:
     """Whether the project sanitises at ingest (on unless its settings say
     ``sanitize: false``)."""
-    settings = await projects.project_settings(session, scope.tenant_id, scope.project_id)
+    settings = await projects.project_settings(session, scope)
     return sanitize.enabled(settings)
 
 

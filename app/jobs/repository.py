@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
+from app.auth.scope import Scope, TenantScope
 from app.jobs.kinds import JobKind, JobStatus
 from app.models import Job
 
@@ -233,13 +233,13 @@ def _seconds(value: float) -> Any:
 
 
 async def claim_many(
-    session: AsyncSession, tenant_id: uuid.UUID, job_ids: Sequence[int], token: uuid.UUID
+    session: AsyncSession, tenant: TenantScope, job_ids: Sequence[int], token: uuid.UUID
 ) -> list[Job]:
     """Take jobs for this worker run; those not ours to run are left out."""
     rows = await session.scalars(
         update(Job)
         .where(
-            Job.tenant_id == tenant_id,
+            Job.tenant_id == tenant.tenant_id,
             Job.id.in_(list(job_ids)),
             or_(
                 Job.status == JobStatus.DISPATCHED.value,
@@ -260,13 +260,13 @@ async def claim_many(
 
 
 async def heartbeat_many(
-    session: AsyncSession, tenant_id: uuid.UUID, job_ids: Sequence[int], token: uuid.UUID
+    session: AsyncSession, tenant: TenantScope, job_ids: Sequence[int], token: uuid.UUID
 ) -> int:
     """Keep this run's claims alive; returns how many it still holds."""
     result = await session.execute(
         update(Job)
         .where(
-            Job.tenant_id == tenant_id,
+            Job.tenant_id == tenant.tenant_id,
             Job.id.in_(list(job_ids)),
             Job.claim_token == token,
             Job.status == JobStatus.RUNNING.value,
@@ -279,18 +279,18 @@ async def heartbeat_many(
 
 async def finish(
     session: AsyncSession,
-    tenant_id: uuid.UUID,
+    tenant: TenantScope,
     job_id: int,
     token: uuid.UUID,
     *,
     result: dict[str, Any] | None,
 ) -> bool:
-    return await finish_many(session, tenant_id, [job_id], token, result=result) == 1
+    return await finish_many(session, tenant, [job_id], token, result=result) == 1
 
 
 async def finish_many(
     session: AsyncSession,
-    tenant_id: uuid.UUID,
+    tenant: TenantScope,
     job_ids: Sequence[int],
     token: uuid.UUID,
     *,
@@ -303,7 +303,7 @@ async def finish_many(
     done = await session.execute(
         update(Job)
         .where(
-            Job.tenant_id == tenant_id,
+            Job.tenant_id == tenant.tenant_id,
             Job.id.in_(list(job_ids)),
             Job.claim_token == token,
             Job.status == JobStatus.RUNNING.value,
@@ -323,7 +323,7 @@ async def finish_many(
 
 async def fail(
     session: AsyncSession,
-    tenant_id: uuid.UUID,
+    tenant: TenantScope,
     job_id: int,
     token: uuid.UUID,
     *,
@@ -347,7 +347,7 @@ async def fail(
     result = await session.execute(
         update(Job)
         .where(
-            Job.tenant_id == tenant_id,
+            Job.tenant_id == tenant.tenant_id,
             Job.id == job_id,
             Job.claim_token == token,
             Job.status == JobStatus.RUNNING.value,

@@ -8,6 +8,8 @@ import unicodedata
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from app.errors import BadRequest
+
 MAX_ID_LENGTH = 1024
 NOW_ID = "now"
 
@@ -174,3 +176,52 @@ def validate_project_slug(slug: str) -> str:
             "starting with a letter and not ending with '-'"
         )
     return slug
+
+
+# -- id globs (list prefix, find scope) ---------------------------------------------
+
+
+def _bracket(body: str) -> str:
+    """A glob's ``[...]`` body as a bracket expression of literal characters
+    and ranges: nothing in it reaches the regex engine as syntax."""
+    negate = body[:1] in ("!", "^")
+    chars = body[1:] if negate else body
+    out: list[str] = []
+    i = 0
+    while i < len(chars):
+        lo = chars[i]
+        if i + 2 < len(chars) and chars[i + 1] == "-":
+            hi = chars[i + 2]
+            if lo > hi:
+                raise BadRequest(f"invalid range {lo}-{hi} in glob: the first must not be larger")
+            out.append(f"{_class_char(lo)}-{_class_char(hi)}")
+            i += 3
+        else:
+            out.append(_class_char(lo))
+            i += 1
+    return f"[{'^' if negate else ''}{''.join(out)}]"
+
+
+def _class_char(ch: str) -> str:
+    return "\\" + ch if ch in "\\^]-[" else ch
+
+
+def glob_regex(pattern: str) -> str:
+    """An id glob (``*``, ``?``, ``[...]``) as an anchored regular expression
+    in which only the glob's own operators are syntax."""
+    out = ["^"]
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[" and (end := pattern.find("]", i + 2)) != -1:
+            out.append(_bracket(pattern[i + 1 : end]))
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    out.append("$")
+    return "".join(out)

@@ -25,13 +25,12 @@ from app.graph import service as graph
 from app.jobs import repository as jobs
 from app.notes import repository as notes
 from app.notes import tags as tagrules
-from app.notes.ids import InvalidId, is_system_id, normalize_id
-from app.notes.service import glob_regex, parse_when
+from app.notes.ids import InvalidId, glob_regex, is_system_id, normalize_id
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
 from app.search import repository as repo
 from app.tenants import repository as projects
-from app.timeutil import utcnow
+from app.timeutil import parse_when, utcnow
 
 RRF_K = 60
 SEMANTIC_WEIGHT = 1.0
@@ -202,7 +201,7 @@ async def find(
                 stamps.setdefault(key, hit.updated_at)
         fused = {k: v / norm for k, v in fused.items()}
 
-    settings = await projects.project_settings(session, scope.tenant_id, scope.project_id)
+    settings = await projects.project_settings(session, scope)
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
     if data.half_life_days is not None:
         half_life = data.half_life_days

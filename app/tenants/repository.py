@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.scope import Scope, TenantScope
 from app.models import Project, Tenant
 
 
@@ -38,38 +39,38 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant | None:
     return await session.scalar(select(Tenant).where(Tenant.name == name))
 
 
-async def get_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str) -> Project | None:
+async def get_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project | None:
     return await session.scalar(
-        select(Project).where(Project.tenant_id == tenant_id, Project.slug == slug)
+        select(Project).where(Project.tenant_id == tenant.tenant_id, Project.slug == slug)
     )
 
 
-async def count_projects(session: AsyncSession, tenant_id: uuid.UUID) -> int:
+async def count_projects(session: AsyncSession, tenant: TenantScope) -> int:
     return int(
         await session.scalar(
-            select(func.count()).select_from(Project).where(Project.tenant_id == tenant_id)
+            select(func.count()).select_from(Project).where(Project.tenant_id == tenant.tenant_id)
         )
         or 0
     )
 
 
-async def insert_project(session: AsyncSession, tenant_id: uuid.UUID, slug: str) -> Project | None:
+async def insert_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project | None:
     """Insert a project; None if a concurrent request created it first."""
     project_id = await session.scalar(
         insert(Project)
-        .values(tenant_id=tenant_id, slug=slug)
+        .values(tenant_id=tenant.tenant_id, slug=slug)
         .on_conflict_do_nothing(index_elements=["tenant_id", "slug"])
         .returning(Project.id)
     )
     if project_id is None:
         return None
-    return await session.get(Project, (tenant_id, project_id))
+    return await session.get(Project, (tenant.tenant_id, project_id))
 
 
-async def project_settings(
-    session: AsyncSession, tenant_id: uuid.UUID, project_id: uuid.UUID
-) -> dict[str, Any]:
+async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
     value = await session.scalar(
-        select(Project.settings).where(Project.tenant_id == tenant_id, Project.id == project_id)
+        select(Project.settings).where(
+            Project.tenant_id == scope.tenant_id, Project.id == scope.project_id
+        )
     )
     return dict(value or {})

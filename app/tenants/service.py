@@ -10,8 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import repository as audit
 from app.auth import service as auth_service
-from app.auth.scope import ALL_SCOPES, Scope, mint
-from app.db import set_tenant
+from app.auth.scope import ALL_SCOPES, TenantScope, scope_for_project, tenant_for_admin
 from app.errors import BadRequest, Conflict, Forbidden, NotFound
 from app.models import Project, Tenant
 from app.notes import service as notes_service
@@ -41,8 +40,8 @@ async def create_tenant(
     tenant = await repo.insert_tenant(session, name)
     if tenant is None:
         raise Conflict(f"a tenant named {name!r} already exists")
-    await set_tenant(session, tenant.id)
-    await resolve_project(session, tenant_id=tenant.id, slug=DEFAULT_PROJECT)
+    # A system transaction (row-level security lets it act for the new tenant).
+    await _make_project(session, tenant_for_admin(tenant.id), DEFAULT_PROJECT)
     key = await auth_service.create_key(
         session,
         tenant_id=tenant.id,
@@ -89,56 +88,42 @@ class ProjectLimit(Forbidden):
     code = "project_limit"
 
 
-async def resolve_project(session: AsyncSession, *, tenant_id: uuid.UUID, slug: str) -> Project:
-    """The tenant's project with this slug, created and seeded on first use."""
-    project, _ = await resolve_project_created(session, tenant_id=tenant_id, slug=slug)
-    return project
-
-
 async def resolve_project_created(
     session: AsyncSession,
+    tenant: TenantScope,
     *,
-    tenant_id: uuid.UUID,
     slug: str,
     may_create: bool = True,
     max_projects: int | None = None,
 ) -> tuple[Project, bool]:
-    """Like ``resolve_project``, also saying whether this call created it.
+    """The tenant's project with this slug, and whether this call created it.
 
-    A project is made on first use only when ``may_create`` (the caller can
-    write) and the tenant has fewer than ``max_projects``."""
+    A project is made (and seeded) on first use only when ``may_create`` (the
+    caller can write) and the tenant has fewer than ``max_projects``."""
     try:
         validate_project_slug(slug)
     except InvalidId as exc:
         raise BadRequest(str(exc)) from exc
-    project = await repo.get_project(session, tenant_id, slug)
+    project = await repo.get_project(session, tenant, slug)
     if project is not None:
         return project, False
     if not may_create:
         raise ProjectNotFound(
             f"project {slug!r} does not exist; a key with the 'write' scope creates it on first use"
         )
-    if max_projects is not None and await repo.count_projects(session, tenant_id) >= max_projects:
+    if max_projects is not None and await repo.count_projects(session, tenant) >= max_projects:
         raise ProjectLimit(f"this tenant already has the maximum of {max_projects} projects")
-    project = await repo.insert_project(session, tenant_id, slug)
+    return await _make_project(session, tenant, slug)
+
+
+async def _make_project(
+    session: AsyncSession, tenant: TenantScope, slug: str
+) -> tuple[Project, bool]:
+    project = await repo.insert_project(session, tenant, slug)
     if project is None:  # created concurrently; it is seeded by its creator
-        project = await repo.get_project(session, tenant_id, slug)
-        assert project is not None
-        return project, False
-    await notes_service.seed_system_docs(session, project_scope(project))
+        found = await repo.get_project(session, tenant, slug)
+        assert found is not None
+        return found, False
+    scope = scope_for_project(project.tenant_id, project.id, project.slug)
+    await notes_service.seed_system_docs(session, scope)
     return project, True
-
-
-def project_scope(
-    project: Project,
-    *,
-    key_id: uuid.UUID | None = None,
-    permissions: frozenset[str] = frozenset(ALL_SCOPES),
-) -> Scope:
-    return mint(
-        tenant_id=project.tenant_id,
-        project_id=project.id,
-        project_slug=project.slug,
-        key_id=key_id,
-        permissions=permissions,
-    )

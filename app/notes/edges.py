@@ -1,0 +1,96 @@
+"""Tag edges, owned by the notes domain: edge tags become edges
+(KEEP_PROTOCOL §6.5), which deep find and graph walks follow.
+
+A tag key is an edge tag when its ``.tag/<key>`` doc carries ``_inverse``
+(``speaker`` → ``said``): each value names another note, canonicalised from
+``[[target|label]]``, ``target[[label]]`` or ``[Title](https://…)``. The
+edge (note, key, target) is stored and a missing target is created as an
+empty stub note (``_source: auto-vivify``), as keep does, so that it can be
+walked and filled in later. Stubs have no text to search, so they never
+crowd find's results.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.feed import repository as feed
+from app.graph import repository as edges_repo
+from app.notes import repository as repo
+from app.notes.ids import InvalidId, is_system_id, normalize_id
+from app.timeutil import utcnow
+
+_WIKI = re.compile(r"^\[\[([^\]|]+)(?:\|[^\]]*)?\]\]$")
+_LABEL_AFTER = re.compile(r"^(.+?)\[\[[^\]]*\]\]$")
+_MARKDOWN = re.compile(r"^\[[^\]]*\]\((https?://[^)\s]+)\)$")
+
+STUB_SOURCE = "auto-vivify"
+
+
+def edge_target(value: str) -> str | None:
+    """The note id an edge-tag value names, or None if it names none."""
+    value = value.strip()
+    for pattern in (_WIKI, _MARKDOWN, _LABEL_AFTER):
+        m = pattern.match(value)
+        if m:
+            value = m.group(1).strip()
+            break
+    try:
+        return normalize_id(value) if value else None
+    except InvalidId:
+        return None
+
+
+async def sync_tag_edges(
+    session: AsyncSession, scope: Scope, note_id: str, user_tags: Mapping[str, Any]
+) -> list[str]:
+    """Make the note's tag edges match its tags; returns the stubs created."""
+    if is_system_id(note_id):
+        return []
+    verbs = await edges_repo.inverse_verbs(session, scope, user_tags.keys())
+    edges: list[tuple[str, str]] = []
+    for key in sorted(verbs):
+        raw = user_tags[key]
+        for value in raw if isinstance(raw, list) else [raw]:
+            target = edge_target(str(value))
+            if target and target != note_id and not is_system_id(target):
+                edges.append((key, target))
+    await edges_repo.replace_from(session, scope, note_id, edges)
+    return await _vivify(session, scope, sorted({t for _, t in edges}))
+
+
+async def _vivify(session: AsyncSession, scope: Scope, targets: Sequence[str]) -> list[str]:
+    now = utcnow()
+    created = []
+    for target in targets:
+        stub = await repo.insert_note(
+            session,
+            scope,
+            note_id=target,
+            values={
+                "summary": "",
+                "tags": {"_source": STUB_SOURCE},
+                "tag_index": [],
+                "content_hash": None,
+                "source": STUB_SOURCE,
+                "created_at": now,
+                "updated_at": now,
+                "accessed_at": now,
+            },
+            fts_text="",
+            tag_text="",
+        )
+        if stub is not None:
+            created.append(target)
+            await feed.record(session, scope, mutation="doc_insert", entity_id=target)
+    return created
+
+
+async def forget_note(session: AsyncSession, scope: Scope, note_id: str) -> None:
+    """A deleted note's own edges go; edges pointing at it stay (its stub may return)."""
+    await edges_repo.delete_from(session, scope, note_id)

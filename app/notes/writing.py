@@ -1,0 +1,512 @@
+"""Writing notes: put (text or URI), tag, system notes and ``now``, analysis
+requests; every write records the change feed and queues its work in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.embeddings import repository as vectors
+from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from app.feed import repository as feed
+from app.ingest import sanitize
+from app.ingest import service as ingest
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
+from app.models import Note
+from app.notes import edges
+from app.notes import repository as repo
+from app.notes import tags as tagrules
+from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
+from app.notes.ids import (
+    NOW_ID,
+    content_id,
+    is_part_id,
+    is_system_id,
+)
+from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
+from app.notes.views import ItemView, note_view, split_system
+from app.settings import Limits
+from app.timeutil import parse_timestamp, utcnow
+
+# -- put --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PutInput:
+    content: str | None = None
+    uri: str | None = None
+    id: str | None = None
+    summary: str | None = None
+    tags: Mapping[str, Any] | None = None
+    created_at: str | None = None
+    force: bool = False
+    content_type: str | None = None
+    analyze: bool = False
+    #: The content stands in for a document a job of this kind will deliver.
+    placeholder: str | None = None
+
+
+async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits) -> ItemView:
+    """Create or update a note with keep's versioning rules.
+
+    A content change archives the previous state as a version; the same
+    content again (or only new tags) updates in place. Long content gets a
+    placeholder summary and a summarize job; every user note gets an embed job.
+    """
+    if await ingest.sanitizing(session, scope):
+        data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
+    content = data.content
+    if content is None:
+        if data.uri is None:
+            raise BadRequest("put needs content or uri")
+        return await _put_by_uri(session, scope, data=data, limits=limits)
+    if len(content) > limits.max_content_chars:
+        raise PayloadTooLarge(
+            f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
+        )
+    if data.summary is not None and len(data.summary) > limits.max_summary_chars:
+        raise PayloadTooLarge(
+            f"summary is {len(data.summary)} characters; the limit is {limits.max_summary_chars}"
+        )
+    if data.id:
+        note_id = valid_id(data.id)
+    elif data.uri:
+        note_id = valid_id(data.uri, "uri")
+    else:
+        if not content.strip():
+            raise BadRequest("content is empty")
+        note_id = content_id(content)
+    if is_part_id(note_id):
+        raise BadRequest(f"cannot put to a part id {note_id!r}: parts are made by analysis")
+    try:
+        deletes, adds = tagrules.user_tag_changes(data.tags)
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
+    created_override = None
+    if data.created_at:
+        try:
+            created_override = parse_timestamp(data.created_at)
+        except ValueError as exc:
+            raise BadRequest(
+                f"invalid created_at {data.created_at[:80]!r}: use ISO-8601 ({exc})"
+            ) from exc
+    view = await _write(
+        session,
+        scope,
+        note_id=note_id,
+        content=content,
+        summary=data.summary,
+        deletes=deletes,
+        adds=adds,
+        created_override=created_override,
+        force=data.force,
+        source="uri" if data.uri else "inline",
+        content_type=data.content_type or "text/markdown",
+        uri=data.uri,
+        limits=limits,
+        placeholder=data.placeholder,
+    )
+    if data.analyze and not is_system_id(note_id):
+        # Hold the content for the analysis even when it did not change.
+        await repo.update_note(session, scope, note_id, values={"pending_content": content})
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=JobKind.ANALYZE,
+            note_id=note_id,
+            priority=7,
+            payload={"content_hash": sha256_hex(content)},
+        )
+        view.pending = sorted({*view.pending, JobKind.ANALYZE.value})
+    return view
+
+
+async def _write(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    content: str,
+    summary: str | None,
+    deletes: set[str],
+    adds: dict[str, list[str]],
+    created_override: datetime | None,
+    force: bool,
+    source: str,
+    content_type: str,
+    uri: str | None,
+    limits: Limits,
+    placeholder: str | None = None,
+) -> ItemView:
+    now = utcnow()
+    # A placeholder is neither embedded nor summarised: the real text follows.
+    system_note = is_system_id(note_id) or placeholder is not None
+    content_hash = sha256_hex(content)
+    needs_summary = False
+    explicit_summary = summary is not None
+    if summary is None:
+        if system_note or len(content) <= limits.max_summary_length:
+            summary = content
+        else:
+            summary = content[: limits.max_summary_length] + "..."
+            needs_summary = True
+
+    def merged_tags(existing: Note | None) -> dict[str, Any]:
+        try:
+            if existing is None:
+                return tagrules.apply_changes({}, add=adds)
+            old_user, _ = split_system(existing.tags)
+            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
+        except tagrules.InvalidTags as exc:
+            raise tag_error(exc) from exc
+
+    user_tags = merged_tags(None)
+    stored_system: dict[str, Any] = {
+        "_source": source,
+        "_content_type": content_type,
+        "_content_length": str(len(content)),
+    }
+    if uri:
+        stored_system["_source_uri"] = uri
+    if placeholder:
+        stored_system[PENDING_TAG] = placeholder
+    if not needs_summary:
+        stored_system["_summarized_hash"] = content_hash[:10]
+    all_tags = {**user_tags, **stored_system}
+    fts_text = content[: limits.max_fts_chars]
+    tag_text = tag_words(note_id, user_tags)
+    pending_content = content if (needs_summary or not system_note) else None
+
+    # Insert first (most puts make new notes); an existing note takes the
+    # update path below, under a row lock, with its tags merged.
+    inserted = await repo.insert_note(
+        session,
+        scope,
+        note_id=note_id,
+        values={
+            "summary": summary,
+            "tags": all_tags,
+            "tag_index": tagrules.index_terms(user_tags),
+            "content_hash": content_hash,
+            "content_type": content_type,
+            "source": source,
+            # An imported note keeps its own time: created then, unchanged since.
+            "created_at": created_override or now,
+            "updated_at": created_override or now,
+            "accessed_at": now,
+            "pending_content": pending_content,
+        },
+        fts_text=fts_text,
+        tag_text=tag_text,
+    )
+    if inserted is not None:
+        await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+        if user_tags:
+            await edges.sync_tag_edges(session, scope, note_id, user_tags)
+        queued = await _enqueue_processing(
+            session,
+            scope,
+            note_id,
+            system_note=system_note,
+            needs_summary=needs_summary,
+            content_hash=content_hash,
+            existed=False,
+            graph_extraction=limits.graph_extraction,
+        )
+        return note_view(inserted, changed=True, pending=queued)
+
+    existing = await repo.get(session, scope, note_id, lock=True)
+    assert existing is not None  # the insert conflicted, so it exists
+    user_tags = merged_tags(existing)
+    all_tags = {**user_tags, **stored_system}
+    tag_text = tag_words(note_id, user_tags)
+    content_changed = existing.content_hash != content_hash
+    tags_changed = user_tags != split_system(existing.tags)[0]
+    values: dict[str, Any] = {"tags": all_tags, "tag_index": tagrules.index_terms(user_tags)}
+    if created_override is not None:
+        values["created_at"] = created_override
+    if content_changed and PENDING_TAG not in existing.tags:
+        version = await repo.archive_current(session, scope, note_id)
+        await vectors.archive_note_vectors(session, scope, note_id, version)
+        await feed.record(
+            session,
+            scope,
+            mutation="version_insert",
+            entity_id=note_id,
+            payload={"version": version},
+        )
+    if content_changed:
+        await vectors.delete_for_note(session, scope, note_id, kind="part")
+        if await repo.delete_parts(session, scope, note_id):
+            await feed.record(session, scope, mutation="part_delete", entity_id=note_id)
+        values.update(
+            summary=summary,
+            content_hash=content_hash,
+            content_type=content_type,
+            source=source,
+            updated_at=now,
+            accessed_at=now,
+            pending_content=pending_content,
+        )
+    else:
+        # Same content: tags (and an explicit summary) update in place.
+        values["tags"] = {**split_system(existing.tags)[1], **user_tags}
+        # The same content keeps its summary unless a new one is given.
+        if explicit_summary and summary != existing.summary:
+            values["summary"] = summary
+        if tags_changed or "summary" in values:
+            values["updated_at"] = now
+        if force:
+            values["pending_content"] = pending_content
+    note = await repo.update_note(
+        session,
+        scope,
+        note_id,
+        values=values,
+        fts_text=fts_text if (content_changed or tags_changed) else None,
+        tag_text=tag_text if (content_changed or tags_changed) else None,
+    )
+    if tags_changed:
+        await edges.sync_tag_edges(session, scope, note_id, user_tags)
+    changed = content_changed or tags_changed or "summary" in values
+    pending: list[str] = []
+    if content_changed or force:
+        pending = await _enqueue_processing(
+            session,
+            scope,
+            note_id,
+            system_note=system_note,
+            needs_summary=needs_summary,
+            content_hash=content_hash,
+            graph_extraction=limits.graph_extraction,
+        )
+    if changed:
+        await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+    open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
+    return note_view(note, changed=changed, pending=pending or open_jobs.get(note_id, []))
+
+
+async def _put_by_uri(
+    session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits
+) -> ItemView:
+    """Put by URI alone: the note (id = the normalised URI) gets a placeholder
+    at once and a fetch job; the document's text replaces the placeholder when
+    the worker has fetched, read and sanitised it (no version is kept of the
+    placeholder). An existing note keeps its content until then."""
+    uri = data.uri or ""
+    note_id = valid_id(data.id or uri, "id" if data.id else "uri")
+    if not uri.lower().startswith(("http://", "https://")):
+        raise BadRequest(f"only http and https URIs can be fetched, not {uri!r}")
+    try:
+        tagrules.user_tag_changes(data.tags)  # invalid tags fail now, not in the worker
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
+    existing = await repo.get(session, scope, note_id)
+    if existing is None:
+        view = await put(
+            session,
+            scope,
+            data=dataclasses.replace(
+                data, id=note_id, content=f"{uri} (being fetched)", placeholder="fetch"
+            ),
+            limits=limits,
+        )
+    else:
+        view = note_view(existing)
+    await jobs.enqueue(
+        session,
+        scope,
+        kind=JobKind.FETCH,
+        note_id=note_id,
+        payload={"uri": uri, "tags": dict(data.tags or {}), "analyze": data.analyze},
+    )
+    view.pending = sorted({*view.pending, JobKind.FETCH.value})
+    return view
+
+
+async def _enqueue_processing(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    *,
+    system_note: bool,
+    needs_summary: bool,
+    content_hash: str,
+    existed: bool = True,
+    graph_extraction: bool = True,
+) -> list[str]:
+    """Outbox rows for the work a write causes, in the write's own transaction."""
+    if system_note:
+        return []
+    kinds = [JobKind.EMBED]
+    if needs_summary:
+        kinds.append(JobKind.SUMMARIZE)
+    if graph_extraction:
+        kinds.append(JobKind.EXTRACT_GRAPH)
+    for kind in kinds:
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=kind,
+            note_id=note_id,
+            payload={"content_hash": content_hash},
+            supersede=existed,  # a new note has no older work to supersede
+            # Graph extraction waits behind embedding and summaries: a note is
+            # findable by meaning first (measured: run at the same priority it
+            # cut the embedding rate of bench/pipeline.py from 83 to 22 notes/s).
+            priority=jobs.BACKGROUND_PRIORITY if kind == JobKind.EXTRACT_GRAPH else 5,
+        )
+    return [k.value for k in kinds]
+
+
+async def create_now(session: AsyncSession, scope: Scope, note_id: str) -> Note | None:
+    template = await repo.get(session, scope, ".now")
+    body = template.summary if template is not None else NOW_TEMPLATE
+    tags: dict[str, Any] = {}
+    if note_id != NOW_ID:
+        user = note_id.split(":", 1)[1]
+        body = f"# Now ({user})\n\nWorking context."
+        tags["user"] = user
+    await write_text(session, scope, note_id=note_id, body=body, tags=tags)
+    return await repo.get(session, scope, note_id)
+
+
+async def write_text(
+    session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
+) -> ItemView:
+    """A server-made note whose summary is its whole text (``now``, system notes)."""
+    return await _write(
+        session,
+        scope,
+        note_id=note_id,
+        content=body,
+        summary=body,
+        deletes=set(),
+        adds={k: [v] for k, v in tags.items() if not k.startswith("_")},
+        created_override=None,
+        force=False,
+        source="inline",
+        content_type="text/markdown",
+        uri=None,
+        limits=Limits(),
+    )
+
+
+# -- tag ----------------------------------------------------------------------
+
+
+async def tag(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    raw_id: str,
+    set_tags: Mapping[str, Any] | None = None,
+    remove: Sequence[str] | None = None,
+    remove_values: Mapping[str, Any] | None = None,
+) -> ItemView:
+    """Add values (``""`` removes a key), remove keys, remove single values.
+
+    Tags change in place: no version is archived.
+    """
+    note_id = valid_id(raw_id)
+    if set_tags and await ingest.sanitizing(session, scope):
+        set_tags = sanitize.clean_tags(set_tags)
+    try:
+        deletes, adds = tagrules.user_tag_changes(set_tags)
+        deletes |= tagrules.parse_key_list(remove)
+        drop_values = tagrules.parse_value_map(remove_values)
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
+    note = await repo.get(session, scope, note_id, lock=True)
+    if note is None:
+        raise NotFound(f"note not found: {raw_id}")
+    user, system = split_system(note.tags)
+    try:
+        new_user = tagrules.apply_changes(
+            user, add=adds, remove_keys=deletes, remove_values=drop_values
+        )
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
+    if new_user == user:
+        return note_view(note, changed=False)
+    note = await repo.update_note(
+        session,
+        scope,
+        note_id,
+        values={
+            "tags": {**new_user, **system},
+            "tag_index": tagrules.index_terms(new_user),
+            "updated_at": utcnow(),
+        },
+        fts_text=note.pending_content,
+        tag_text=tag_words(note_id, new_user),
+    )
+    await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+    await edges.sync_tag_edges(session, scope, note_id, new_user)
+    pending: list[str] = []
+    if note.pending_content is not None and note.summary != note.pending_content:
+        # Summaries may depend on tags (related notes as context): redo it. The
+        # current summary stays until the new one is ready.
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=JobKind.SUMMARIZE,
+            note_id=note_id,
+            payload={"content_hash": note.content_hash},
+        )
+        pending.append(JobKind.SUMMARIZE.value)
+    return note_view(note, changed=True, pending=pending)
+
+
+# -- seeding ------------------------------------------------------------------------
+
+
+async def seed_system_docs(session: AsyncSession, scope: Scope) -> int:
+    """Write the bundled system notes into a new project."""
+    for doc in SYSTEM_DOCS:
+        await write_text(session, scope, note_id=doc.id, body=doc.body, tags=doc.tags)
+        system = {k: v for k, v in doc.tags.items() if k.startswith("_")}
+        if system:
+            note = await repo.get(session, scope, doc.id)
+            assert note is not None
+            await repo.update_note(session, scope, doc.id, values={"tags": {**note.tags, **system}})
+    return len(SYSTEM_DOCS)
+
+
+async def request_analysis(
+    session: AsyncSession, scope: Scope, *, raw_id: str, content: str | None, limits: Limits
+) -> ItemView:
+    """Queue splitting a note into parts. Uses ``content`` when given, else the
+    content still held for the note's pending work."""
+    note_id = valid_id(raw_id)
+    note = await repo.get(session, scope, note_id)
+    if note is None:
+        raise NotFound(f"note not found: {raw_id}")
+    if content is not None and len(content) > limits.max_content_chars:
+        raise PayloadTooLarge(
+            f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
+        )
+    if content is not None and await ingest.sanitizing(session, scope):
+        content = sanitize.clean(content)
+    if content is None and note.pending_content is None:
+        raise Conflict(
+            "the note's content is no longer held (keepmem keeps only summaries): "
+            "send the content with the analyze request"
+        )
+    payload: dict[str, Any] = (
+        {"content": content} if content is not None else {"content_hash": note.content_hash}
+    )
+    await jobs.enqueue(
+        session, scope, kind=JobKind.ANALYZE, note_id=note_id, payload=payload, priority=7
+    )
+    open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
+    return note_view(note, pending=open_jobs.get(note_id, []))

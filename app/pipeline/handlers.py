@@ -1,0 +1,344 @@
+"""One short handler per job kind. Each reads what it needs, runs a model or
+a fetch, and hands the result to the service that owns the data (notes,
+graph, ingest, search); job mechanics are ``runner``'s, the load / compute /
+apply shape is ``jobrun.on_current_note``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.embeddings import repository as vectors
+from app.graph import service as graph
+from app.ingest import documents
+from app.ingest.fetch import FetchPolicy, fetch
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
+from app.models import Note
+from app.notes import derived
+from app.notes import repository as notes
+from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
+from app.pipeline.pipeline import Pipeline
+from app.pipeline.split import split_parts
+from app.providers.errors import PermanentError
+from app.providers.summarization.base import RelatedNote
+from app.search import repository as search
+
+Handler = Callable[[list[JobRun]], Awaitable[None]]
+
+
+async def _release(session: AsyncSession, runs: Sequence[JobRun], held: Sequence[Note]) -> None:
+    """Let the notes' held content go if no other queued work needs it."""
+    if runs:
+        await derived.release_content(
+            session,
+            runs[0].scope,
+            held,
+            finishing_jobs=[r.job.id for r in runs],
+            keep_for_context=runs[0].pipeline.summarizer.uses_context,
+        )
+
+
+# -- embeddings (batched per project) ------------------------------------------------
+
+
+async def embed_batch(runs: list[JobRun], record_failure: Callable[..., Awaitable[str]]) -> None:
+    """Embed several notes of one project: one model call, one write."""
+    first = runs[0]
+    p, scope, model = first.pipeline, first.scope, first.pipeline.embedder.model_id
+    live: list[tuple[JobRun, str | None, str, str]] = []  # run, seen hash, text, text hash
+    empty: list[JobRun] = []
+    async with first.transaction() as session:
+        found = await notes.get_many(session, scope, [r.note_id for r in runs])
+        for run in runs:
+            note = found.get(run.note_id)
+            if (reason := stale(run.job, note)) is not None or note is None:
+                await run.finish(session, {"skipped": reason})
+                continue
+            # The full text while it is held; afterwards (reindex) the summary.
+            text = note.pending_content or note.summary
+            if not text.strip():
+                empty.append(run)
+                continue
+            live.append((run, note.content_hash, text, derived.sha256(text)))
+        reused = await vectors.vectors_for_hashes(session, scope, model, [h for *_, h in live])
+    for run in empty:
+        await record_failure(run, PermanentError("nothing to embed: the note has no text"))
+    if not live:
+        return
+    fresh = {h: t for _, _, t, h in live if h not in reused}
+    computed = await p.embedder.embed_documents(list(fresh.values()))
+    by_hash = {**reused, **dict(zip(fresh, computed, strict=True))}
+    async with first.transaction() as session:
+        locked = await notes.get_many(session, scope, [r.note_id for r, *_ in live], lock=True)
+        rows, applied, kept = [], [], []
+        for run, seen_hash, _, text_hash in live:
+            note = locked.get(run.note_id)
+            if note is None or note.content_hash != seen_hash:
+                await run.finish(session, {"skipped": "superseded"})
+                continue
+            rows.append((note.id, text_hash, by_hash[text_hash]))
+            applied.append((run, text_hash in reused))
+            kept.append(note)
+        await derived.apply_vectors(session, scope, model=model, rows=rows)
+        await _release(session, [r for r, _ in applied], kept)
+        for was_reused in (False, True):
+            ids = [r.job.id for r, reuse in applied if reuse is was_reused]
+            result = {"model": model, "dim": p.embedder.dim, "reused": was_reused}
+            result |= {"batch": len(live)}
+            done = await jobs.finish_many(session, scope, ids, first.token, result=result)
+            if done != len(ids):
+                raise LostClaim
+
+
+# -- one note at a time ----------------------------------------------------------------
+
+
+async def summarize(run: JobRun) -> None:
+    p = run.pipeline
+
+    async def load(session: AsyncSession, note: Note) -> tuple[str, list[RelatedNote]]:
+        if note.pending_content is None:
+            raise PermanentError("content no longer held: put the note again to re-summarize")
+        context = await _related(session, run, note) if p.summarizer.uses_context else []
+        return note.pending_content, context
+
+    async def compute(loaded: tuple[str, list[RelatedNote]]) -> tuple[str, list[str]]:
+        text, context = loaded
+        summary = await p.summarizer.summarize(
+            text, max_chars=p.settings.max_summary_length, context=context
+        )
+        return summary, [c.id for c in context]
+
+    async def apply(
+        session: AsyncSession, note: Note, made: tuple[str, list[str]]
+    ) -> dict[str, Any]:
+        summary, context_ids = made
+        await derived.apply_summary(session, run.scope, note, summary)
+        await _release(session, [run], [note])
+        return {"summarizer": getattr(p.summarizer, "name", "?"), "context": context_ids}
+
+    await on_current_note(run, load=load, compute=compute, apply=apply)
+
+
+async def _related(session: AsyncSession, run: JobRun, note: Note) -> list[RelatedNote]:
+    """keep's summary context: notes sharing user tags, by similarity, +20 % per
+    extra shared tag, best five."""
+    terms = [t for t in note.tag_index if "=" in t]
+    if not terms:
+        return []
+    scope, model = run.scope, run.pipeline.embedder.model_id
+    candidates = await notes.sharing_tags(session, scope, terms=terms, exclude=note.id, limit=50)
+    vecs = await vectors.vectors_of(session, scope, [note.id, *[c.id for c in candidates]], model)
+    mine = vecs.get(note.id)
+    related = []
+    for other in candidates:
+        shared = len(set(terms) & set(other.tag_index))
+        theirs = vecs.get(other.id)
+        similarity = _cosine(mine, theirs) if mine and theirs else 0.5
+        score = similarity * (1 + 0.2 * (shared - 1))
+        related.append(RelatedNote(other.id, other.summary, round(score, 4)))
+    related.sort(key=lambda r: -r.score)
+    return related[: run.pipeline.settings.summary_context_notes]
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+async def extract_graph(run: JobRun) -> None:
+    """Entities and relations of the note's text (its content while held, else
+    its summary), stored with the spans they came from."""
+    p = run.pipeline
+
+    async def load(_: AsyncSession, note: Note) -> str:
+        return note.pending_content or note.summary
+
+    async def apply(session: AsyncSession, note: Note, found: Any) -> dict[str, Any]:
+        counts = await graph.store_extraction(session, run.scope, note.id, found)
+        await _release(session, [run], [note])
+        return counts | {"extractor": p.graph().name}
+
+    await on_current_note(run, load=load, compute=p.graph().extract, apply=apply)
+
+
+async def analyze(run: JobRun) -> None:
+    """Split the note's text (held, or sent with the request) into parts."""
+    p = run.pipeline
+    given = run.job.payload.get("content")
+
+    async def load(_: AsyncSession, note: Note) -> str | None:
+        return given if isinstance(given, str) else note.pending_content
+
+    async def compute(text: str | None) -> tuple[str, list[derived.NewPart]]:
+        if text is None:
+            raise PermanentError("content no longer held: send it with the analyze request")
+        if len(text.strip()) < p.settings.analyze_min_chars:
+            raise PermanentError(f"content too short to analyze ({len(text.strip())} characters)")
+        chunks = split_parts(text, target_chars=p.settings.part_target_chars)
+        limit = p.settings.max_summary_length
+        summaries = [await p.summarizer.summarize(c, max_chars=limit) for c in chunks]
+        embedded = await p.embedder.embed_documents(chunks)
+        made = zip(summaries, chunks, embedded, strict=True)
+        return text, [derived.NewPart(s, c, v) for s, c, v in made]
+
+    async def apply(
+        session: AsyncSession, note: Note, made: tuple[str, list[derived.NewPart]]
+    ) -> dict[str, Any]:
+        text, parts = made
+        count = await derived.replace_parts(
+            session, run.scope, note, analyzed_text=text, parts=parts, model=p.embedder.model_id
+        )
+        await _release(session, [run], [note])
+        return {"parts": count}
+
+    await on_current_note(run, load=load, compute=compute, apply=apply, same_content=given is None)
+
+
+# -- work that is not a note's -------------------------------------------------------
+
+
+async def task(run: JobRun) -> None:
+    """keep's delegated task: process the content sent with it, store the output."""
+    p, payload = run.pipeline, run.job.payload
+    content, task_type = payload.get("content"), payload.get("task_type")
+    if not isinstance(content, str) or not content.strip():
+        raise PermanentError("task has no content")
+    limit = p.settings.max_summary_length
+    output: dict[str, Any]
+    if task_type == "summarize":
+        output = {"summary": await p.summarizer.summarize(content, max_chars=limit)}
+    elif task_type == "analyze":
+        chunks = split_parts(content, target_chars=p.settings.part_target_chars)
+        output = {
+            "parts": [
+                {"summary": await p.summarizer.summarize(c, max_chars=limit), "tags": {}}
+                for c in chunks
+            ]
+        }
+    else:
+        raise PermanentError(f"unsupported task type {task_type!r}")
+    async with run.transaction() as session:
+        await run.finish(session, output)
+
+
+async def term_stats(run: JobRun) -> None:
+    """Count the project's common words for find's full-text stage."""
+    async with run.transaction() as session:
+        found = await search.refresh_term_stats(
+            session, run.scope, min_notes=run.pipeline.settings.fts_common_term_notes
+        )
+        await run.finish(session, {"common_terms": found})
+
+
+# -- documents -----------------------------------------------------------------------
+
+
+async def fetch_document(run: JobRun) -> None:
+    """Put by URI: fetch (SSRF-checked), read, OCR what has no text, sanitise,
+    store as the note's content (which queues embedding and summary)."""
+    p, payload = run.pipeline, run.job.payload
+    uri = str(payload.get("uri", ""))
+    policy = FetchPolicy.of(
+        max_bytes=p.settings.fetch_max_bytes,
+        timeout_seconds=p.settings.fetch_timeout_seconds,
+        allow_networks=p.settings.fetch_allow_networks,
+    )
+    got = await fetch(uri, policy)
+    doc = await documents.read(
+        got.data, content_type=got.content_type, charset=got.charset,
+        max_pdf_pages=p.settings.max_pdf_pages,
+    )  # fmt: skip
+    text, found = doc.text, dict(doc.tags)
+    if doc.images:
+        text, found, _ = await _with_ocr(p, doc.images, text, found)
+    result = {"url": got.url, "bytes": len(got.data), "type": doc.kind, "chars": len(text)}
+    await _store_document(
+        run,
+        documents.Delivered(
+            text=text,
+            found_tags=found,
+            user_tags=payload.get("tags") or {},
+            content_type=doc.kind,
+            uri=uri,
+            analyze=bool(payload.get("analyze")),
+        ),
+        result | ({"note": doc.note} if doc.note else {}),
+    )
+
+
+async def ocr(run: JobRun) -> None:
+    """An upload's images: recognise their text, then store the whole text
+    (text layer + OCR) as the note's content, replacing the placeholder."""
+    p, payload = run.pipeline, run.job.payload
+    async with run.transaction() as session:
+        images = await documents.held_images(session, run.scope, run.job.id)
+    text, found, seen = await _with_ocr(
+        p, images, str(payload.get("text") or ""), dict(payload.get("tags") or {})
+    )
+    delivered = documents.Delivered(
+        text=text,
+        found_tags=found,
+        user_tags=payload.get("user_tags") or {},
+        content_type=str(payload.get("content_type") or "image/png"),
+    )
+    await _store_document(
+        run, delivered, {"images": len(images), "chars": len(seen)}, release_images=True
+    )
+
+
+async def _with_ocr(
+    p: Pipeline, images: list[bytes], text: str, found: dict[str, Any]
+) -> tuple[str, dict[str, Any], str]:
+    """The text with the images' OCR (and description) appended, the tags with
+    ``ocr_confidence``, and the recognised text alone."""
+    seen, confidence = await documents.recognize(p.ocr(), images, p.describer())
+    text = "\n\n".join(t for t in (text, seen) if t.strip())
+    if seen:
+        found = found | {"ocr_confidence": f"{confidence:.2f}"}
+    return text, found, seen
+
+
+async def _store_document(
+    run: JobRun,
+    delivered: documents.Delivered,
+    result: dict[str, Any],
+    *,
+    release_images: bool = False,
+) -> None:
+    """Store a fetched or recognised document as its note's content, unless the
+    note was deleted meanwhile."""
+    async with run.transaction() as session:
+        if release_images:
+            await documents.release_images(session, run.scope, run.job.id)
+        if await notes.get(session, run.scope, run.note_id) is None:
+            await run.finish(session, {"skipped": "note deleted"})
+            return
+        await documents.deliver(
+            session, run.scope, run.note_id, delivered, limits=run.pipeline.settings.limits
+        )
+        await run.finish(session, result)
+
+
+def _one(handler: Callable[[JobRun], Awaitable[None]]) -> Handler:
+    async def run_one(runs: list[JobRun]) -> None:
+        await handler(runs[0])
+
+    return run_one
+
+
+HANDLERS: dict[JobKind, Handler] = {
+    JobKind.SUMMARIZE: _one(summarize),
+    JobKind.ANALYZE: _one(analyze),
+    JobKind.TASK: _one(task),
+    JobKind.TERM_STATS: _one(term_stats),
+    JobKind.FETCH: _one(fetch_document),
+    JobKind.OCR: _one(ocr),
+    JobKind.EXTRACT_GRAPH: _one(extract_graph),
+}
