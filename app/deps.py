@@ -20,7 +20,7 @@ from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
 from app.caches import RequestCaches
 from app.db import Database
-from app.errors import Forbidden, ServiceUnavailable, Unauthorized
+from app.errors import Forbidden, MissingScope, NotConfigured, Unauthorized
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
 from app.tenants import service as tenants_service
@@ -87,7 +87,7 @@ ProjectHeader = Annotated[
 
 def server_secret(settings: Settings) -> str:
     if settings.secret_key is None:
-        raise ServiceUnavailable("server secret is not configured (KEEPMEM_SECRET_KEY)")
+        raise NotConfigured("server secret is not configured (KEEPMEM_SECRET_KEY)")
     return settings.secret_key.get_secret_value()
 
 
@@ -143,7 +143,7 @@ async def current_scope(
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:
     async def dependency(scope: Annotated[Scope, Depends(current_scope)]) -> Scope:
         if permission not in scope.permissions:
-            raise Forbidden(f"this API key lacks the '{permission}' scope")
+            raise MissingScope(f"this API key lacks the '{permission}' scope")
         return scope
 
     return dependency
@@ -183,7 +183,7 @@ async def admin_guard(
     credentials: AdminCredentials,
 ) -> None:
     if settings.admin_token is None:
-        raise ServiceUnavailable("the admin API is disabled: set KEEPMEM_ADMIN_TOKEN")
+        raise NotConfigured("the admin API is disabled: set KEEPMEM_ADMIN_TOKEN")
     presented = _bearer(credentials)
     if not hmac.compare_digest(
         presented.encode(), settings.admin_token.get_secret_value().encode()

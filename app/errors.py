@@ -6,16 +6,20 @@ the status and the stable ``code`` travel with the exception class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
 class AppError(Exception):
-    """Base of every error the service reports to a client on purpose."""
+    """Base of every error the service reports to a client on purpose; each
+    subclass carries its status and its own stable ``code``."""
 
     status_code: int = 500
     code: str = "internal_error"
 
-    def __init__(self, message: str, *, detail: Any = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self, message: str, *, detail: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
@@ -31,8 +35,10 @@ class Unauthorized(AppError):
     status_code = 401
     code = "unauthorized"
 
-    def __init__(self, message: str = "missing or invalid API key") -> None:
-        super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
+    def __init__(
+        self, message: str = "missing or invalid API key", *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message, headers={"WWW-Authenticate": "Bearer", **(headers or {})})
 
 
 class Forbidden(AppError):
@@ -64,10 +70,130 @@ class TooManyRequests(AppError):
     status_code = 429
     code = "rate_limited"
 
-    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message, headers=headers)
-
 
 class ServiceUnavailable(AppError):
     status_code = 503
     code = "unavailable"
+
+
+# -- one class per kind of error a client can tell apart (each its own code) ---------
+
+
+class NoteNotFound(NotFound):
+    code = "note_not_found"
+
+
+class VersionNotFound(NotFound):
+    code = "version_not_found"
+
+
+class PartNotFound(NotFound):
+    code = "part_not_found"
+
+
+class JobNotFound(NotFound):
+    code = "job_not_found"
+
+
+class TaskNotFound(NotFound):
+    code = "task_not_found"
+
+
+class KeyNotFound(NotFound):
+    code = "key_not_found"
+
+
+class TenantNotFound(NotFound):
+    code = "tenant_not_found"
+
+
+class EntityNotFound(NotFound):
+    code = "entity_not_found"
+
+
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class RouteNotFound(NotFound):
+    code = "route_not_found"
+
+
+class MethodNotAllowed(AppError):
+    status_code = 405
+    code = "method_not_allowed"
+
+
+class InvalidInput(BadRequest):
+    """Text or numbers the service cannot store (NUL, lone surrogates, ...)."""
+
+    code = "invalid_input"
+
+
+class MissingScope(Forbidden):
+    code = "missing_scope"
+
+
+class ProjectLimit(Forbidden):
+    code = "project_limit"
+
+
+class JobNotDead(Conflict):
+    code = "job_not_dead"
+
+
+class ContentNotHeld(Conflict):
+    code = "content_not_held"
+
+
+class NotEmbeddedYet(Conflict):
+    code = "not_embedded_yet"
+
+
+class TenantExists(Conflict):
+    code = "tenant_exists"
+
+
+class DocumentUnreadable(Unprocessable):
+    code = "unreadable_document"
+
+
+class NotConfigured(ServiceUnavailable):
+    code = "not_configured"
+
+
+class ProviderUnavailable(ServiceUnavailable):
+    code = "provider_unavailable"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    code = "database_unavailable"
+
+
+_BY_STATUS: dict[int, type[AppError]] = {
+    cls.status_code: cls
+    for cls in (
+        BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
+        PayloadTooLarge, Unprocessable, TooManyRequests, ServiceUnavailable,
+    )
+}  # fmt: skip
+
+
+def as_app_error(exc: Exception, *, allow: Callable[[], list[str]]) -> AppError:
+    """A framework HTTP error (no route, wrong method, unreadable body, or the
+    input checks' refusal) as the AppError it stands for."""
+    status = int(getattr(exc, "status_code", 500))
+    detail = getattr(exc, "detail", None)
+    message = str(detail) if detail else "error"
+    if getattr(exc, "code", None) == InvalidInput.code:
+        return InvalidInput(message)
+    if status == 404:
+        return RouteNotFound("no such route")
+    if status == 405:
+        return MethodNotAllowed("method not allowed", headers={"Allow": ", ".join(allow())})
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        error = AppError(message)
+        error.status_code = status
+        return error
+    return cls(message, headers=dict(getattr(exc, "headers", None) or {}))

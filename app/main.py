@@ -20,7 +20,7 @@ from app.auth.router import router as keys_router
 from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
-from app.errors import AppError
+from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
 from app.graph.router import router as graph_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
@@ -35,19 +35,6 @@ from app.search.router import router as search_router
 from app.settings import Settings
 
 log = logging.getLogger("keepmem")
-
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    422: "invalid",
-    429: "rate_limited",
-    503: "unavailable",
-}
 
 DESCRIPTION = """
 keepmem is a hosted, multi-tenant reflective memory service for AI agents and
@@ -124,34 +111,28 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         return response
 
     @app.exception_handler(ProviderError)
-    async def provider_error(_: Request, exc: ProviderError) -> JSONResponse:
+    async def provider_error(request: Request, exc: ProviderError) -> JSONResponse:
         # A model or hosted API the request needed failed (the query embedder
         # of a find, say): the service is degraded, the request was fine.
         log_failure(log, "provider failed", exc)
-        response = _error(503, "provider_unavailable", f"a model provider failed: {str(exc)[:300]}")
-        response.headers["Retry-After"] = "5"
-        return response
+        failed = ProviderUnavailable(
+            f"a model provider failed: {str(exc)[:300]}", headers={"Retry-After": "5"}
+        )
+        return await app_error(request, failed)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = json_safe(exc.errors())
         first = errors[0] if errors else {}
         where = ".".join(str(p) for p in first.get("loc", []))
         message = f"invalid request: {where}: {first.get('msg', 'invalid value')}"
-        return _error(422, "invalid", message, detail=errors)
+        return await app_error(request, Unprocessable(message, detail=errors))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = getattr(exc, "code", None) or _STATUS_CODES.get(exc.status_code, "error")
-        if exc.status_code == 405:
-            # Starlette names only the first route matching the path; list all.
-            exc.headers = {"Allow": ", ".join(_methods_for(app, request))}
-        message = str(exc.detail) if exc.detail else code
-        if exc.status_code == 404 and message == "Not Found":
-            message = "no such route"
-        response = _error(exc.status_code, code, message)
-        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
-        return response
+        # Raised by the framework (no route, wrong method, unreadable body) or
+        # by the input checks: rendered as the AppError each one is.
+        return await app_error(request, as_app_error(exc, allow=lambda: _methods_for(app, request)))
 
     app.include_router(health_router)
     app.include_router(notes_router)

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.context import request_id_var, timings_var
 from app.db import is_outage
+from app.errors import DatabaseUnavailable
 from app.logs import log_failure
 
 log = logging.getLogger("keepmem")
@@ -144,7 +145,7 @@ class RequestContextMiddleware:
                         await send_error(
                             send,
                             503,
-                            "database_unavailable",
+                            DatabaseUnavailable.code,
                             "the database is unavailable; retry shortly",
                             request_id,
                             headers=[(b"retry-after", b"5")],

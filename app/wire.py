@@ -29,6 +29,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
 from app import storable
+from app.errors import InvalidInput
 from app.storable import MAX_OFFSET, InputRefused, check_text
 
 __all__ = ["ERROR_RESPONSES", "MAX_OFFSET", "CheckedRoute", "ErrorOut", "api_router", "loads"]
@@ -40,7 +41,7 @@ class RefusedInput(HTTPException):
     it through unchanged from inside its body parsing (anything else raised
     there becomes a generic 400 without the reason)."""
 
-    code = "invalid_input"
+    code = InvalidInput.code
 
     def __init__(self, message: str) -> None:
         super().__init__(status_code=400, detail=message)

@@ -69,7 +69,7 @@ async def test_other_tenant_gets_404(
         assert r.status_code == 200 and r.json()["count"] == 0
     else:
         assert r.status_code == 404, r.text
-        assert r.json()["code"] == "not_found"
+        assert r.json()["code"] == "note_not_found"  # its own code per error
     # and the owner still has it, untouched
     r = await client.get("/v1/notes/secret", headers=tenant.headers)
     assert r.status_code == 200 and r.json()["summary"] == "mine"
@@ -119,7 +119,7 @@ async def test_read_only_key_cannot_write(client, tenant) -> None:
     key = (await _admin_key(client, tenant, ["read"])).json()["key"]
     headers = {"Authorization": f"Bearer {key}"}
     r = await client.post("/v1/notes", json={"content": "x"}, headers=headers)
-    assert r.status_code == 403 and r.json()["code"] == "forbidden"
+    assert r.status_code == 403 and r.json()["code"] == "missing_scope"
     assert (await client.get("/v1/notes", headers=headers)).status_code == 200
     assert (await client.get("/v1/keys", headers=headers)).status_code == 403
 

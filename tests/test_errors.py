@@ -35,7 +35,7 @@ async def test_validation_error_shape(client, tenant) -> None:
 
 async def test_unknown_route_and_method(client, tenant) -> None:
     r = await client.get("/v1/nothing-here", headers=tenant.headers)
-    assert r.status_code == 404 and r.json()["code"] == "not_found"
+    assert r.status_code == 404 and r.json()["code"] == "route_not_found"
     r = await client.put("/v1/notes", headers=tenant.headers)
     assert r.status_code == 405 and r.json()["code"] == "method_not_allowed"
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.scope import TenantScope
 from app.context import request_id_var
 from app.models import AuditLog
 
 
 async def record(
     session: AsyncSession,
+    tenant: TenantScope,
     *,
-    tenant_id: uuid.UUID,
     actor: str,
     action: str,
     target: str | None = None,
@@ -23,7 +23,7 @@ async def record(
 ) -> None:
     await session.execute(
         insert(AuditLog).values(
-            tenant_id=tenant_id,
+            tenant_id=tenant.tenant_id,
             actor=actor,
             action=action,
             target=target,

@@ -64,8 +64,8 @@ async def touch(session: AsyncSession, scope: TenantScope) -> None:
 
 async def insert_key(
     session: AsyncSession,
+    tenant: TenantScope,
     *,
-    tenant_id: uuid.UUID,
     name: str,
     prefix: str,
     key_hash: bytes,
@@ -73,7 +73,7 @@ async def insert_key(
     expires_at: datetime | None,
 ) -> ApiKey:
     row = ApiKey(
-        tenant_id=tenant_id,
+        tenant_id=tenant.tenant_id,
         name=name,
         prefix=prefix,
         key_hash=key_hash,
@@ -86,17 +86,17 @@ async def insert_key(
     return row
 
 
-async def list_keys(session: AsyncSession, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
+async def list_keys(session: AsyncSession, tenant: TenantScope) -> Sequence[ApiKey]:
     result = await session.execute(
-        select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at)
+        select(ApiKey).where(ApiKey.tenant_id == tenant.tenant_id).order_by(ApiKey.created_at)
     )
     return result.scalars().all()
 
 
-async def revoke(session: AsyncSession, tenant_id: uuid.UUID, key_id: uuid.UUID) -> ApiKey | None:
+async def revoke(session: AsyncSession, tenant: TenantScope, key_id: uuid.UUID) -> ApiKey | None:
     row = await session.scalar(
         update(ApiKey)
-        .where(ApiKey.tenant_id == tenant_id, ApiKey.id == key_id)
+        .where(ApiKey.tenant_id == tenant.tenant_id, ApiKey.id == key_id)
         .values(revoked_at=text("coalesce(revoked_at, now())"))
         .returning(ApiKey)
     )

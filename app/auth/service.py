@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
-from app.auth.scope import ALL_SCOPES, TenantScope, mint_tenant
-from app.errors import BadRequest, NotFound, Unauthorized
+from app.auth.scope import ALL_SCOPES, TenantScope, mint_tenant, tenant_for_admin
+from app.errors import BadRequest, KeyNotFound, Unauthorized
 from app.models import ApiKey
 from app.timeutil import utcnow
 
@@ -83,9 +83,10 @@ async def create_key(
     if expires_at is not None and expires_at <= utcnow():
         raise BadRequest("expires_at must be in the future")
     secret, prefix = generate_key()
+    tenant = tenant_for_admin(tenant_id)
     row = await repo.insert_key(
         session,
-        tenant_id=tenant_id,
+        tenant,
         name=name,
         prefix=prefix,
         key_hash=hash_key(server_secret, secret),
@@ -94,7 +95,7 @@ async def create_key(
     )
     await audit.record(
         session,
-        tenant_id=tenant_id,
+        tenant,
         actor=actor,
         action="key.create",
         target=str(row.id),
@@ -104,16 +105,15 @@ async def create_key(
 
 
 async def list_keys(session: AsyncSession, *, tenant_id: uuid.UUID) -> Sequence[ApiKey]:
-    return await repo.list_keys(session, tenant_id)
+    return await repo.list_keys(session, tenant_for_admin(tenant_id))
 
 
 async def revoke_key(
     session: AsyncSession, *, tenant_id: uuid.UUID, key_id: uuid.UUID, actor: str
 ) -> ApiKey:
-    row = await repo.revoke(session, tenant_id, key_id)
+    tenant = tenant_for_admin(tenant_id)
+    row = await repo.revoke(session, tenant, key_id)
     if row is None:
-        raise NotFound(f"key not found: {key_id}")
-    await audit.record(
-        session, tenant_id=tenant_id, actor=actor, action="key.revoke", target=str(key_id)
-    )
+        raise KeyNotFound(f"key not found: {key_id}")
+    await audit.record(session, tenant, actor=actor, action="key.revoke", target=str(key_id))
     return row

@@ -2,50 +2,54 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Query
 
 from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.graph import service
+from app.graph.schemas import EntityList, EntityNotes, NoteGraph, Walk
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["graph"])
 
 
-@router.get("/notes/{note_id}/entities", summary="A note's entities and relations")
-async def note_entities(
-    note_id: NoteIdDep, scope: ReadScope, session: SessionDep
-) -> dict[str, Any]:
+@router.get(
+    "/notes/{note_id}/entities", response_model=NoteGraph, summary="A note's entities and relations"
+)
+async def note_entities(note_id: NoteIdDep, scope: ReadScope, session: SessionDep) -> NoteGraph:
     """The people, organisations, places … the note mentions (with character
     spans) and the relations between them it states (graph extraction)."""
-    return await service.note_graph(session, scope, note_id)
+    return NoteGraph.model_validate(await service.note_graph(session, scope, note_id))
 
 
-@router.get("/entities", summary="List entities")
+@router.get("/entities", response_model=EntityList, summary="List entities")
 async def list_entities(
     scope: ReadScope,
     session: SessionDep,
     name: Annotated[str | None, Query(description="Name prefix, any case.")] = None,
     kind: Annotated[str | None, Query(description="person, org, place, group, …")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> dict[str, Any]:
+) -> EntityList:
     """Entities of the project, most-mentioned first."""
-    return {"entities": await service.entities(session, scope, name=name, kind=kind, limit=limit)}
+    found = await service.entities(session, scope, name=name, kind=kind, limit=limit)
+    return EntityList.model_validate({"entities": found})
 
 
-@router.get("/entities/{key:path}/notes", summary="Notes that mention an entity")
+@router.get(
+    "/entities/{key:path}/notes", response_model=EntityNotes, summary="Notes that mention an entity"
+)
 async def entity_notes(
     key: str,
     scope: ReadScope,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> dict[str, Any]:
+) -> EntityNotes:
     """The notes mentioning the entity (key as listed, e.g. `person:melanie`)."""
-    return await service.entity_notes(session, scope, key, limit=limit)
+    return EntityNotes.model_validate(await service.entity_notes(session, scope, key, limit=limit))
 
 
-@router.get("/graph/walk", summary="Walk the graph from a note or an entity")
+@router.get("/graph/walk", response_model=Walk, summary="Walk the graph from a note or an entity")
 async def walk(
     scope: ReadScope,
     session: SessionDep,
@@ -53,9 +57,10 @@ async def walk(
     entity: Annotated[str | None, Query(description="Or at this entity key.")] = None,
     depth: Annotated[int, Query(ge=1, le=5)] = 2,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-) -> dict[str, Any]:
+) -> Walk:
     """Notes and entities within `depth` hops (edge tags, mentions, relations),
     nearest first, each with the link that reached it."""
-    return await service.walk_from(
+    found = await service.walk_from(
         session, scope, note=note, entity=entity, depth=depth, limit=limit
     )
+    return Walk.model_validate(found)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, EntityNotFound, NoteNotFound
 from app.graph import repository as repo
 from app.notes import repository as notes
 from app.notes.edges import STUB_SOURCE, edge_target
@@ -91,7 +91,7 @@ async def note_graph(session: AsyncSession, scope: Scope, raw_id: str) -> dict[s
     """A note's entities (with spans) and the relations extracted from it."""
     note_id = _note_or_404(raw_id)
     if await notes.get(session, scope, note_id) is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     entities = await repo.entities_of_note(session, scope, note_id)
     relations = await repo.relations_of_note(session, scope, note_id)
     return {
@@ -126,7 +126,7 @@ async def entity_notes(
 ) -> dict[str, Any]:
     found = await repo.entity(session, scope, key)
     if found is None:
-        raise NotFound(f"entity not found: {key}")
+        raise EntityNotFound(f"entity not found: {key}")
     rows = await repo.notes_of_entity(session, scope, key, limit=limit)
     by_id = await notes.get_many(session, scope, [n for n, _ in rows])
     return {
@@ -157,11 +157,11 @@ async def walk_from(
     if note is not None:
         start: Node = ("note", _note_or_404(note))
         if await notes.get(session, scope, start[1]) is None:
-            raise NotFound(f"note not found: {note}")
+            raise NoteNotFound(f"note not found: {note}")
     else:
         start = ("entity", entity or "")
         if await repo.entity(session, scope, start[1]) is None:
-            raise NotFound(f"entity not found: {entity}")
+            raise EntityNotFound(f"entity not found: {entity}")
     reached = (await walk(session, scope, [start], depth=depth, max_nodes=limit))[start]
     ordered = sorted(reached.items(), key=lambda kv: (kv[1][0], kv[0]))
     return {

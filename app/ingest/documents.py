@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.errors import BadRequest, PayloadTooLarge, Unprocessable
+from app.errors import BadRequest, DocumentUnreadable, PayloadTooLarge
 from app.ingest import extract as extractors
 from app.ingest import repository as repo
 from app.ingest import sanitize
@@ -188,7 +188,7 @@ async def upload(
             data, content_type=content_type, filename=filename, max_pdf_pages=max_pdf_pages
         )
     except ProviderError as exc:  # unreadable or hostile file, missing reader
-        raise Unprocessable(str(exc)) from exc
+        raise DocumentUnreadable(str(exc)) from exc
     name = filename or "upload"
     target = note_service.valid_id(note_id or name)
     if doc.images:

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from app.errors import BadRequest, JobNotDead, JobNotFound, PayloadTooLarge, TaskNotFound
 from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as repo
@@ -57,7 +57,7 @@ async def get_job(session: AsyncSession, scope: Scope, *, job_id: str) -> Job:
     public_id = parse_public_id(job_id)
     job = await repo.get(session, scope, public_id) if public_id is not None else None
     if job is None:
-        raise NotFound(f"job not found: {job_id[:80]}")
+        raise JobNotFound(f"job not found: {job_id[:80]}")
     return job
 
 
@@ -65,7 +65,7 @@ async def retry_job(session: AsyncSession, scope: Scope, *, job_id: str) -> Job:
     """Put a dead-lettered job back in the queue with fresh attempts."""
     job = await get_job(session, scope, job_id=job_id)
     if job.status != JobStatus.DEAD.value:
-        raise Conflict(f"job {job_id} is {job.status}; only dead jobs can be retried")
+        raise JobNotDead(f"job {job_id} is {job.status}; only dead jobs can be retried")
     requeued = await repo.requeue(session, scope, job.public_id)
     assert requeued is not None
     return requeued
@@ -114,7 +114,7 @@ async def get_task(session: AsyncSession, scope: Scope, *, task_id: str) -> Job:
     public_id = parse_public_id(task_id)
     job = await repo.get(session, scope, public_id) if public_id is not None else None
     if job is None or job.kind != JobKind.TASK.value:
-        raise NotFound(f"task not found: {task_id[:80]}")
+        raise TaskNotFound(f"task not found: {task_id[:80]}")
     return job
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
 from app.jobs import repository as jobs
 from app.notes import edges
@@ -48,7 +48,7 @@ async def delete(
         raise BadRequest(f"cannot delete a part ({raw_id}): delete or re-analyze its note")
     note = await repo.get(session, scope, note_id, lock=True)
     if note is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     if not delete_versions:
         previous = await repo.version_at(session, scope, note_id, newest_offset=1)
         if previous is not None:
@@ -114,7 +114,7 @@ async def move(
         raise tag_error(exc) from exc
     src = await repo.get(session, scope, source_id, lock=True, fts=True)
     if src is None:
-        raise NotFound(f"source note not found: {source}")
+        raise NoteNotFound(f"source note not found: {source}")
     history = [] if only_current else list(await repo.all_versions(session, scope, source_id))
     moved_history = [v for v in history if tagrules.matches(v.tags, wanted)]
     current_moves = tagrules.matches(src.tags, wanted)
@@ -247,7 +247,7 @@ async def versions(
     if not 1 <= limit <= 1000 or offset < 0:
         raise BadRequest("limit must be 1-1000 and offset >= 0")
     if await repo.get(session, scope, note_id) is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     rows = await repo.list_versions(session, scope, note_id, limit=limit, offset=offset)
     total = await repo.count_versions(session, scope, note_id)
     entries = [

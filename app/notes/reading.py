@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import storable
 from app.auth.scope import Scope
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, NoteNotFound, PartNotFound, VersionNotFound
 from app.jobs import repository as jobs
 from app.models import Note
 from app.notes import repository as repo
@@ -62,14 +62,14 @@ async def get(session: AsyncSession, scope: Scope, *, raw_id: str) -> ItemView:
     if selector is None:
         if note_id is None:
             raise BadRequest(f"invalid id: {raw_id!r}")
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     base = await repo.get(session, scope, selector.base_id)
     if base is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     if selector.part is not None:
         part = await repo.get_part(session, scope, selector.base_id, selector.part)
         if part is None:
-            raise NotFound(f"part not found: {raw_id}")
+            raise PartNotFound(f"part not found: {raw_id}")
         return part_view(selector.base_id, part)
     offset = selector.version or 0
     if offset == 0:
@@ -79,7 +79,7 @@ async def get(session: AsyncSession, scope: Scope, *, raw_id: str) -> ItemView:
     else:
         version = await repo.version_at(session, scope, selector.base_id, oldest_offset=-offset)
     if version is None:
-        raise NotFound(f"version not found: {raw_id}")
+        raise VersionNotFound(f"version not found: {raw_id}")
     total = await repo.count_versions(session, scope, selector.base_id)
     newest_offset = offset if offset > 0 else total + offset + 1
     return version_view(selector.base_id, newest_offset, version)
@@ -175,5 +175,5 @@ async def count(session: AsyncSession, scope: Scope) -> int:
 async def parts(session: AsyncSession, scope: Scope, *, raw_id: str) -> list[ItemView]:
     note_id = valid_id(raw_id)
     if await repo.get(session, scope, note_id) is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     return [part_view(note_id, p) for p in await repo.list_parts(session, scope, note_id)]

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from app.errors import BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
 from app.feed import repository as feed
 from app.ingest import sanitize
 from app.ingest import service as ingest
@@ -428,7 +428,7 @@ async def tag(
         raise tag_error(exc) from exc
     note = await repo.get(session, scope, note_id, lock=True)
     if note is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     user, system = split_system(note.tags)
     try:
         new_user = tagrules.apply_changes(
@@ -490,7 +490,7 @@ async def request_analysis(
     note_id = valid_id(raw_id)
     note = await repo.get(session, scope, note_id)
     if note is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     if content is not None and len(content) > limits.max_content_chars:
         raise PayloadTooLarge(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
@@ -498,7 +498,7 @@ async def request_analysis(
     if content is not None and await ingest.sanitizing(session, scope):
         content = sanitize.clean(content)
     if content is None and note.pending_content is None:
-        raise Conflict(
+        raise ContentNotHeld(
             "the note's content is no longer held (keepmem keeps only summaries): "
             "send the content with the analyze request"
         )

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, NoteNotFound
 from app.notes import repository as notes
 from app.notes.ids import InvalidId, normalize_id
 from app.notes.views import ItemView, note_view, part_view
@@ -87,7 +87,7 @@ async def timeline(
         raise BadRequest(f"invalid id: {exc}") from exc
     anchor = await notes.get(session, scope, note_id)
     if anchor is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     terms = [t for t in anchor.tag_index if "=" in t]
     earlier, later = await notes.neighbours_in_time(
         session,
@@ -130,7 +130,7 @@ async def detail(
         raise BadRequest(f"invalid id: {exc}") from exc
     note = await notes.get(session, scope, note_id)
     if note is None:
-        raise NotFound(f"note not found: {raw_id}")
+        raise NoteNotFound(f"note not found: {raw_id}")
     view = note_view(note)
     head = {"id": view.id, "summary": view.summary, "tags": view.tags}
     spent = tokens(head)

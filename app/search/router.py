@@ -193,7 +193,35 @@ async def search_compact(
     )
 
 
-@router.get("/notes/{note_id}/timeline", summary="What came before and after a note")
+class Timeline(BaseModel):
+    note: CompactLine
+    tags: list[str] = Field(description="The note's tags that chose the neighbours.")
+    before: list[CompactLine] = Field(description="Earlier notes, oldest first.")
+    after: list[CompactLine] = Field(description="Later notes, oldest first.")
+    tokens: int
+    truncated: bool
+
+
+class DetailHead(BaseModel):
+    id: str
+    summary: str
+    tags: dict[str, Any]
+
+
+class Detail(BaseModel):
+    note: DetailHead
+    parts: list[CompactLine]
+    versions: list[CompactLine]
+    tokens: int
+    truncated: bool
+
+
+@router.get(
+    "/notes/{note_id}/timeline",
+    response_model=Timeline,
+    response_model_exclude_unset=True,  # lines carry a score only in a find
+    summary="What came before and after a note",
+)
 async def timeline(
     note_id: NoteIdDep,
     scope: ReadScope,
@@ -201,22 +229,29 @@ async def timeline(
     before: Annotated[int, Query(ge=0, le=100)] = 5,
     after: Annotated[int, Query(ge=0, le=100)] = 5,
     token_budget: Annotated[int | None, Query(ge=1, le=MAX_OFFSET)] = None,
-) -> dict[str, Any]:
+) -> Timeline:
     """Notes just before and after this one in time, among notes sharing any of
     its tags (all notes when it has none), one line each, nearest first when
     the token budget trims."""
-    return await context.timeline(
+    found = await context.timeline(
         session, scope, raw_id=note_id, before=before, after=after, token_budget=token_budget
     )
+    return Timeline.model_validate(found)
 
 
-@router.get("/notes/{note_id}/detail", summary="A note in full, with parts and history")
+@router.get(
+    "/notes/{note_id}/detail",
+    response_model=Detail,
+    response_model_exclude_unset=True,
+    summary="A note in full, with parts and history",
+)
 async def detail(
     note_id: NoteIdDep,
     scope: ReadScope,
     session: SessionDep,
     token_budget: Annotated[int | None, Query(ge=1, le=MAX_OFFSET)] = None,
-) -> dict[str, Any]:
+) -> Detail:
     """The note's full summary and tags, then its parts and earlier versions
     (one line each) while they fit the token budget."""
-    return await context.detail(session, scope, raw_id=note_id, token_budget=token_budget)
+    found = await context.detail(session, scope, raw_id=note_id, token_budget=token_budget)
+    return Detail.model_validate(found)

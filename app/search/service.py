@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.context import timed
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, Conflict, NotFound
+from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
 from app.graph import service as graph
 from app.jobs import repository as jobs
 from app.notes import repository as notes
@@ -130,10 +130,10 @@ async def find(
         except InvalidId as exc:
             raise BadRequest(f"invalid similar_to: {exc}") from exc
         if await notes.get(session, scope, anchor) is None:
-            raise NotFound(f"note not found: {data.similar_to}")
+            raise NoteNotFound(f"note not found: {data.similar_to}")
         vector = await vectors.vector_of(session, scope, anchor, model)
         if vector is None:
-            raise Conflict(f"note {anchor!r} is not embedded yet; try again shortly")
+            raise NotEmbeddedYet(f"note {anchor!r} is not embedded yet; try again shortly")
         used_vector = list(vector)
         exclude = [] if data.include_self else [anchor]
         for hit in await repo.semantic(

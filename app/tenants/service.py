@@ -11,7 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import repository as audit
 from app.auth import service as auth_service
 from app.auth.scope import ALL_SCOPES, TenantScope, scope_for_project, tenant_for_admin
-from app.errors import BadRequest, Conflict, Forbidden, NotFound
+from app.errors import (
+    BadRequest,
+    ProjectLimit,
+    ProjectNotFound,
+    TenantExists,
+    TenantNotFound,
+)
 from app.models import Project, Tenant
 from app.notes import service as notes_service
 from app.notes.ids import InvalidId, validate_project_slug
@@ -39,7 +45,7 @@ async def create_tenant(
         raise BadRequest(f"tenant name must be 1-{MAX_TENANT_NAME} printable characters")
     tenant = await repo.insert_tenant(session, name)
     if tenant is None:
-        raise Conflict(f"a tenant named {name!r} already exists")
+        raise TenantExists(f"a tenant named {name!r} already exists")
     # A system transaction (row-level security lets it act for the new tenant).
     await _make_project(session, tenant_for_admin(tenant.id), DEFAULT_PROJECT)
     key = await auth_service.create_key(
@@ -53,7 +59,7 @@ async def create_tenant(
     )
     await audit.record(
         session,
-        tenant_id=tenant.id,
+        tenant_for_admin(tenant.id),
         actor=actor,
         action="tenant.create",
         target=str(tenant.id),
@@ -69,23 +75,15 @@ async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
 async def get_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant:
     tenant = await repo.get_tenant(session, tenant_id)
     if tenant is None:
-        raise NotFound(f"tenant not found: {tenant_id}")
+        raise TenantNotFound(f"tenant not found: {tenant_id}")
     return tenant
 
 
 async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
     tenant = await repo.get_tenant_by_name(session, name)
     if tenant is None:
-        raise NotFound(f"tenant not found: {name}")
+        raise TenantNotFound(f"tenant not found: {name}")
     return tenant
-
-
-class ProjectNotFound(NotFound):
-    code = "project_not_found"
-
-
-class ProjectLimit(Forbidden):
-    code = "project_limit"
 
 
 async def resolve_project_created(
