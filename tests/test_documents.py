@@ -227,3 +227,27 @@ async def test_optional_media_description_over_the_openai_wire_format(
     assert sent[1]["image_url"]["url"].startswith("data:image/png;base64,")
     await run_all(make_pipeline(), client, tenant)
     assert await found(client, tenant, "lighthouse sunset") == ["photo.png"]
+
+
+async def test_giving_up_on_a_document_is_in_the_change_feed(
+    client, tenant, make_pipeline, db
+) -> None:
+    """A fetch that fails for good rewrites the placeholder's summary; a client
+    following the change feed must see that change like any other."""
+    from sqlalchemy import text
+
+    async def changes() -> list[tuple[str, str]]:
+        async with db.tenant_transaction(tenant.id) as s:
+            rows = await s.execute(
+                text("SELECT mutation, entity_id FROM changes WHERE tenant_id = :t ORDER BY id"),
+                {"t": tenant.id},
+            )
+            return [(r[0], r[1]) for r in rows]
+
+    made = await put(client, tenant, uri="http://10.0.0.1/report")
+    before = await changes()
+    assert await run_all(make_pipeline(), client, tenant) == ["dead"]
+    after = await changes()
+    assert after[len(before) :] == [("doc_update", made["id"])]
+    gone = await note(client, tenant, "http%3A%2F%2F10.0.0.1%2Freport")
+    assert "fetch failed" in gone["summary"]
