@@ -63,33 +63,30 @@ def mint(tenant: TenantScope, *, project_id: uuid.UUID, project_slug: str) -> Sc
     )
 
 
+def _system_tenant(tenant_id: uuid.UUID) -> TenantScope:
+    return TenantScope(tenant_id=tenant_id, permissions=frozenset(ALL_SCOPES), _token=_MINT)
+
+
+def _system_scope(tenant_id: uuid.UUID, project_id: uuid.UUID, project_slug: str) -> Scope:
+    tenant = _system_tenant(tenant_id)
+    return mint(tenant, project_id=project_id, project_slug=project_slug)
+
+
 def scope_for_project(tenant_id: uuid.UUID, project_id: uuid.UUID, project_slug: str) -> Scope:
     """Full rights on a project, for the administration that created it."""
-    return Scope(
-        tenant_id=tenant_id,
-        project_id=project_id,
-        project_slug=project_slug,
-        permissions=frozenset(ALL_SCOPES),
-        _token=_MINT,
-    )
+    return _system_scope(tenant_id, project_id, project_slug)
 
 
 def tenant_for_admin(tenant_id: uuid.UUID) -> TenantScope:
     """A tenant as tenant administration (admin API, CLI) acts on it."""
-    return TenantScope(tenant_id=tenant_id, permissions=frozenset(ALL_SCOPES), _token=_MINT)
+    return _system_tenant(tenant_id)
 
 
 def tenant_for_jobs(tenant_id: uuid.UUID) -> TenantScope:
     """The tenant a batch of jobs belongs to (claiming them, before their projects)."""
-    return TenantScope(tenant_id=tenant_id, permissions=frozenset(ALL_SCOPES), _token=_MINT)
+    return _system_tenant(tenant_id)
 
 
 def scope_for_job(tenant_id: uuid.UUID, project_id: uuid.UUID, project_slug: str = "") -> Scope:
     """A scope for background work, rebuilt from the ids a job carries."""
-    return Scope(
-        tenant_id=tenant_id,
-        project_id=project_id,
-        project_slug=project_slug,
-        permissions=frozenset(ALL_SCOPES),
-        _token=_MINT,
-    )
+    return _system_scope(tenant_id, project_id, project_slug)
