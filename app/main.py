@@ -21,6 +21,7 @@ from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
+from app.flows.router import router as flows_router
 from app.graph.router import router as graph_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
@@ -136,6 +137,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
 
     app.include_router(health_router)
     app.include_router(notes_router)
+    app.include_router(flows_router)
     app.include_router(upload_router)
     app.include_router(graph_router)
     app.include_router(search_router)

@@ -20,6 +20,14 @@ MAX_OFFSET = 1_000_000_000
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
+def json_integer(value: Any) -> Any:
+    """For a strict integer field: JSON's integral numbers (``5``, ``5.0``,
+    ``1e3``) as int; strings and booleans stay as they are (and are refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class InputRefused(ValueError):
     """A value the service cannot store; the message says which and why."""
 

@@ -1,0 +1,52 @@
+"""Wire schemas of keep's ``POST /v1/flow`` (KEEP_PROTOCOL §3.1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from app.storable import json_integer
+
+# An integer as JSON Schema means it: 5 and 5.0, never "5".
+JsonInt = Annotated[int, BeforeValidator(json_integer)]
+TokenBudget = Annotated[int, Field(ge=0, le=1_000_000), BeforeValidator(json_integer)]
+
+
+class FlowRequest(BaseModel):
+    """The superset every keep client sends; unknown keys are ignored. Types
+    are strict (a number sent as a string is refused, as the schema says)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    state: str = Field(max_length=200, description="State name: put, get, find, list, tag, ...")
+    params: dict[str, Any] | None = Field(default=None, description="The state's parameters.")
+    budget: JsonInt | str | None = Field(
+        default=None, description="Tick budget (default 5); a stopped flow returns a cursor."
+    )
+    cursor_token: str | None = Field(default=None, max_length=4096, description="Resume cursor.")
+    cursor: str | None = Field(default=None, max_length=4096, description="Same (MCP's name).")
+    state_doc_yaml: str | None = Field(
+        default=None,
+        max_length=65536,
+        description="Inline state doc. The private compat-* names are recognised; others are "
+        "refused with a clear error.",
+    )
+    writable: bool = Field(default=True, description="False: write states are refused.")
+    token_budget: TokenBudget | None = Field(
+        default=None, description="> 0: also render a text answer this long."
+    )
+
+
+FlowStatus = Literal["done", "error", "stopped", "async"]
+
+
+class FlowResult(BaseModel):
+    status: FlowStatus
+    bindings: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] | None = None
+    ticks: int = 0
+    history: list[str] = Field(default_factory=list)
+    cursor: str | None = None
+    tried_queries: list[str] = Field(default_factory=list)
+    rendered: str | None = Field(default=None, description="With token_budget > 0.")

@@ -1,0 +1,446 @@
+"""keep's named flow states, each a call to the notes and search services the
+REST routes use (no second put, tag or find), returning the binding keys
+keep's clients read (KEEP_PROTOCOL §4.1, §4.2).
+
+A state returns :class:`Outcome`; ``flows.service`` wraps it in the
+FlowResult envelope, checks ``writable`` and turns service errors into
+``status: "error"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.errors import BadRequest, NotEmbeddedYet, NotFound
+from app.notes import service as notes
+from app.notes.views import ItemView
+from app.providers.embedding.base import Embedder, QueryCache
+from app.search import service as search
+from app.settings import Limits
+
+
+@dataclass(frozen=True, slots=True)
+class FlowContext:
+    session: AsyncSession
+    scope: Scope
+    embedder: Embedder
+    cache: QueryCache
+    limits: Limits
+
+
+@dataclass(slots=True)
+class Outcome:
+    bindings: dict[str, Any]
+    data: dict[str, Any] | None = None  # None: the bindings themselves
+    status: str = "done"
+    tried_queries: list[str] = field(default_factory=list)
+
+
+State = Callable[[FlowContext, dict[str, Any]], Awaitable[Outcome]]
+
+# keep's server-side defaults, merged under the caller's params (api.py:6703).
+DEFAULT_PARAMS: dict[str, Any] = {
+    "limit": 10, "margin_high": 0.15, "margin_low": 0.03, "entropy_high": 0.8,
+    "entropy_low": 0.3, "lineage_strong": 0.5, "explore_limit": 10, "explore_limit_wide": 15,
+    "pivot_limit": 5, "bridge_limit": 5, "deep_limit": 10, "max_summary_length": 200,
+    "similar_limit": 3, "meta_limit": 3, "parts_limit": 5, "versions_limit": 3, "edges_limit": 5,
+}  # fmt: skip
+
+
+# -- shapes ------------------------------------------------------------------------------
+
+
+def item(view: ItemView, *, score: float | bool | None = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": view.id, "summary": view.summary, "tags": view.tags}
+    if score is not False:
+        out["score"] = score
+    return out
+
+
+def results(
+    items: Sequence[dict[str, Any]],
+    *,
+    deep_groups: Mapping[str, Any] | None = None,
+    margin: float | None = None,
+    entropy: float | None = None,
+) -> dict[str, Any]:
+    """keep's search-result binding (``results``, ``count`` and the signals)."""
+    return {
+        "results": list(items),
+        "count": len(items),
+        "deep_groups": dict(deep_groups or {}),
+        "margin": margin,
+        "entropy": entropy,
+        "lineage_strong": 0.0,
+        "dominant_lineage_tags": None,
+        "top_facet_tags": [],
+    }
+
+
+def _text(params: Mapping[str, Any], key: str) -> str | None:
+    value = params.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str | int | float):
+        raise BadRequest(f"{key} must be a string")
+    return str(value)
+
+
+def _int(
+    params: Mapping[str, Any], key: str, default: int, *, low: int = 0, high: int = 1000
+) -> int:
+    value = params.get(key, default)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{key} must be an integer") from exc
+    return max(low, min(high, number))
+
+
+def _flag(params: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = params.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value) if value is not None else default
+
+
+def _tags(params: Mapping[str, Any], key: str = "tags") -> dict[str, Any] | None:
+    value = params.get(key)
+    if value in (None, "", {}):
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{key} must be an object of tag values")
+    return value
+
+
+def _note_id(params: Mapping[str, Any], *keys: str) -> str:
+    for key in keys:
+        value = _text(params, key)
+        if value:
+            return value
+    raise BadRequest(f"{' or '.join(keys)} is required")
+
+
+# -- writes ------------------------------------------------------------------------------
+
+
+async def put(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    view = await notes.put(
+        ctx.session,
+        ctx.scope,
+        data=notes.PutInput(
+            content=_text(params, "content"),
+            uri=_text(params, "uri"),
+            id=_text(params, "id"),
+            summary=_text(params, "summary"),
+            tags=_tags(params),
+            created_at=_text(params, "created_at"),
+            force=_flag(params, "force"),
+        ),
+        limits=ctx.limits,
+    )
+    stored = item(view) | {"changed": view.changed}
+    return Outcome(bindings={"stored": stored})
+
+
+async def stub(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """A note made by an agent ahead of its content (keep's ``stub``): kept as
+    given, with whatever text it has (none is fine)."""
+    note_id = _note_id(params, "id")
+    content = _text(params, "content") or _text(params, "summary") or ""
+    if not content:
+        existing = await _maybe_get(ctx, note_id)
+        if existing is not None:
+            return Outcome(bindings={"stored": item(existing) | {"changed": False}})
+        content = f"{note_id} (stub)"
+    view = await notes.put(
+        ctx.session,
+        ctx.scope,
+        data=notes.PutInput(
+            content=content,
+            id=note_id,
+            summary=_text(params, "summary"),
+            tags=_tags(params),
+            created_at=_text(params, "created_at"),
+        ),
+        limits=ctx.limits,
+    )
+    return Outcome(bindings={"stored": item(view) | {"changed": view.changed}})
+
+
+async def tag(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    note_id = _note_id(params, "id", "item_id")
+    set_tags, remove = _tags(params), params.get("remove")
+    remove_values = _tags(params, "remove_values")
+    if not (set_tags or remove or remove_values):
+        return Outcome(
+            bindings={"tagged": {"skipped": True, "reason": "no tag mutations provided"}}
+        )
+    if remove is not None and not isinstance(remove, list):
+        remove = [remove]
+    view = await notes.tag(
+        ctx.session,
+        ctx.scope,
+        raw_id=note_id,
+        set_tags=set_tags,
+        remove=remove,
+        remove_values=remove_values,
+    )
+    shown = item(view)
+    return Outcome(bindings={"tagged": {"count": 1, "ids": [view.id], **shown, "items": [shown]}})
+
+
+async def delete(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    result = await notes.delete(
+        ctx.session,
+        ctx.scope,
+        raw_id=_note_id(params, "id", "item_id"),
+        delete_versions=_flag(params, "delete_versions", True),
+    )
+    out: dict[str, Any] = {"deleted": result.deleted}
+    if result.reverted and result.item is not None:
+        out |= {"reverted": True, "item": item(result.item)}
+    return Outcome(bindings={"result": out})
+
+
+async def move(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    view = await notes.move(
+        ctx.session,
+        ctx.scope,
+        name=_note_id(params, "name"),
+        source=_text(params, "source") or "now",
+        tags=_tags(params),
+        only_current=_flag(params, "only_current"),
+    )
+    return Outcome(bindings={"moved": item(view)})
+
+
+async def analyze(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """``compat-analyze``: queue the split into parts; keep's CLI reads
+    ``async`` as "queued"."""
+    note_id = _note_id(params, "id", "item_id")
+    await notes.request_analysis(
+        ctx.session, ctx.scope, raw_id=note_id, content=None, limits=ctx.limits
+    )
+    queued = {"id": note_id, "parts": None, "skipped": False, "queued": True}
+    return Outcome(bindings={"analyzed": queued}, data=queued, status="async")
+
+
+# -- reads -------------------------------------------------------------------------------
+
+
+async def _maybe_get(ctx: FlowContext, note_id: str) -> ItemView | None:
+    try:
+        return await notes.get(ctx.session, ctx.scope, raw_id=note_id)
+    except NotFound:
+        return None
+
+
+async def get_item(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """``compat-get-item``: the note, or ``{}`` (``now`` is made on first read)."""
+    found = await _maybe_get(ctx, _note_id(params, "id", "item_id"))
+    shown = item(found) if found is not None else {}
+    return Outcome(bindings={"item": shown}, data={"item": shown})
+
+
+async def get_context(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """``get``: the note with similar notes, parts, meta and edges."""
+    note_id = _note_id(params, "item_id", "id")
+    found = await _maybe_get(ctx, note_id)
+    if found is None:
+        return Outcome(bindings={"item": {}})
+    similar: list[dict[str, Any]] = []
+    if (similar_limit := _int(params, "similar_limit", 3, high=100)) > 0:
+        with_vector = await _find(ctx, search.FindInput(similar_to=found.id, limit=similar_limit))
+        similar = [item(v, score=round(s, 4)) for v, s in with_vector.items]
+    parts: list[dict[str, Any]] = []
+    if (parts_limit := _int(params, "parts_limit", 5, high=1000)) > 0:
+        for p in (await notes.parts(ctx.session, ctx.scope, raw_id=found.id))[:parts_limit]:
+            num = p.tags.get("_part_num", "")
+            parts.append({"id": f"{found.id}@p{num}", "summary": p.summary, "tags": p.tags,
+                          "score": None})  # fmt: skip
+    bindings: dict[str, Any] = {
+        "item": item(found),
+        "similar": results(similar),
+        "parts": {k: v for k, v in results(parts).items() if k != "deep_groups"},
+        "meta": {"sections": {}, "count": 0},
+        "edges": {"edges": {}, "count": 0},
+    }
+    if query := _text(params, "query"):
+        hits = await _find(ctx, search.FindInput(query=query, limit=_int(params, "limit", 10)))
+        bindings["find_results"] = results([item(v, score=round(s, 4)) for v, s in hits.items])
+    return Outcome(bindings=bindings)
+
+
+async def _find(ctx: FlowContext, data: search.FindInput) -> search.SearchResult:
+    try:
+        return await search.find(
+            ctx.session, ctx.scope, embedder=ctx.embedder, cache=ctx.cache, data=data
+        )
+    except NotEmbeddedYet:
+        return search.SearchResult(items=[], pending_embedding=1, mode="similar")
+
+
+async def list_versions(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """A note's archived versions, newest first (none for a missing note, as
+    keep answers: the CLI has already said "Not found" from ``get``)."""
+    try:
+        entries, total = await notes.versions(
+            ctx.session,
+            ctx.scope,
+            raw_id=_note_id(params, "item_id", "id"),
+            limit=_int(params, "limit", 10, low=1, high=1000),
+        )
+    except NotFound:
+        entries, total = [], 0
+    versions = {
+        "versions": [{"offset": e.offset, "summary": e.summary, "date": e.date} for e in entries],
+        "count": total,
+    }
+    return Outcome(bindings={"versions": versions})
+
+
+async def list_notes(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    tag_keys = params.get("tag_keys") or []
+    listed = await notes.list_notes(
+        ctx.session,
+        ctx.scope,
+        query=notes.ListInput(
+            prefix=_text(params, "prefix"),
+            tags=_tags(params),
+            tag_keys=tag_keys if isinstance(tag_keys, list) else [tag_keys],
+            since=_text(params, "since"),
+            until=_text(params, "until"),
+            order_by=_text(params, "order_by") or "updated",
+            limit=_int(params, "limit", 10, low=1, high=ctx.limits.max_list_limit),
+            include_hidden=_flag(params, "include_hidden"),
+        ),
+        limits=ctx.limits,
+    )
+    return Outcome(bindings={"results": results([item(v, score=None) for v in listed.items])})
+
+
+def _signals(scores: Sequence[float]) -> tuple[float | None, float | None]:
+    """keep's resolution signals: the margin between the two best scores,
+    and the normalised entropy of the score distribution (0 = one clear
+    answer, 1 = all alike)."""
+    if not scores:
+        return None, None
+    margin = scores[0] - scores[1] if len(scores) > 1 else scores[0]
+    positive = [max(s, 1e-9) for s in scores]
+    total = sum(positive)
+    if len(positive) < 2:
+        return round(margin, 4), 0.0
+    entropy = -sum((s / total) * math.log(s / total) for s in positive) / math.log(len(positive))
+    return round(margin, 4), round(entropy, 4)
+
+
+def _find_input(params: Mapping[str, Any], limit: int) -> search.FindInput:
+    return search.FindInput(
+        query=_text(params, "query"),
+        similar_to=_text(params, "similar_to"),
+        tags=_tags(params),
+        since=_text(params, "since"),
+        until=_text(params, "until"),
+        scope=_text(params, "scope"),
+        include_hidden=_flag(params, "include_hidden"),
+        include_self=_flag(params, "include_self"),
+        limit=limit,
+        deep=_flag(params, "deep"),
+        deep_follow_depth=_int(params, "deep_follow_depth", 10, low=1, high=100),
+    )
+
+
+async def find(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """``find``, ``compat-find``: hybrid find, with keep's signals."""
+    data = _find_input(params, _int(params, "limit", 10, low=1, high=100))
+    if not data.query and not data.similar_to:
+        if data.deep:
+            raise BadRequest("find needs query or similar_to")
+        return await list_notes(ctx, dict(params))
+    found = await _find(ctx, data)
+    shown = [item(v, score=round(s, 4)) for v, s in found.items]
+    groups = {
+        base: [item(v, score=round(s, 4)) for v, s in group] for base, group in found.deep_groups
+    }
+    margin, entropy = _signals([s for _, s in found.items])
+    return Outcome(
+        bindings={"results": results(shown, deep_groups=groups, margin=margin, entropy=entropy)},
+        tried_queries=[data.query] if data.query else [],
+    )
+
+
+async def compat_find(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    out = await find(ctx, params)
+    found = out.bindings["results"]
+    out.data = {"items": found["results"], "deep_groups": found.get("deep_groups", {})}
+    return out
+
+
+async def query_resolve(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    """What MCP agents are told to call: a hybrid find whose margin and
+    entropy say whether the top answer stands out (``resolved``) or the
+    question needs exploring (``ambiguous``: widen, add tags, or follow edges)."""
+    if not _text(params, "query"):
+        raise BadRequest("query-resolve needs params.query")
+    out = await find(ctx, params)
+    found = out.bindings["results"]
+    margin, entropy = found["margin"], found["entropy"]
+    if not found["results"]:
+        verdict = "empty"
+    elif (margin or 0) >= float(params["margin_high"]) or (entropy or 0) <= float(
+        params["entropy_low"]
+    ):
+        verdict = "resolved"
+    else:
+        verdict = "ambiguous"
+    out.data = {
+        "results": found["results"],
+        "margin": margin,
+        "entropy": entropy,
+        "resolution": verdict,
+    }
+    return out
+
+
+async def stats(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
+    listed = await notes.list_notes(
+        ctx.session,
+        ctx.scope,
+        query=notes.ListInput(prefix=".tag/", include_hidden=True, limit=ctx.limits.max_list_limit),
+        limits=ctx.limits,
+    )
+    counted = {
+        "notes": await notes.count(ctx.session, ctx.scope),
+        "tag_docs": len(listed.items),
+        "project": ctx.scope.project_slug,
+    }
+    return Outcome(bindings={"stats": counted})
+
+
+WRITE_STATES = {"put", "stub", "tag", "delete", "move", "compat-analyze"}
+
+STATES: dict[str, State] = {
+    "put": put,
+    "stub": stub,
+    "tag": tag,
+    "delete": delete,
+    "move": move,
+    "get": get_context,
+    "list": list_notes,
+    "list_versions": list_versions,
+    "find": find,
+    "query-resolve": query_resolve,
+    "stats": stats,
+    "compat-get-item": get_item,
+    "compat-find": compat_find,
+    "compat-analyze": analyze,
+}
