@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated, Any
 
-from app.deps import LimitsDep, ReadScope, SessionDep
+from fastapi import Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep
+from app.errors import NoteNotFound
+from app.flows import context as flow_context
 from app.flows import service
 from app.flows.schemas import FlowRequest, FlowResult
 from app.flows.states import FlowContext
-from app.wire import api_router
+from app.settings import Limits
+from app.wire import MAX_OFFSET, api_router
 
 router = api_router(prefix="/v1", tags=["keep"])
 
@@ -22,11 +29,60 @@ async def flow(
     `prompt`, `stats`, and keep's private `compat-get-item`, `compat-find`,
     `compat-analyze`). Flow-level failures are 200 with `status: "error"` and
     the reason in `data`; write states need a key with the `write` scope."""
-    ctx = FlowContext(
+    return await service.run(_context(request, scope, session, limits), body)
+
+
+def _context(request: Request, scope: Scope, session: AsyncSession, limits: Limits) -> FlowContext:
+    return FlowContext(
         session=session,
         scope=scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
         limits=limits,
     )
-    return await service.run(ctx, body)
+
+
+@router.get(
+    "/notes/{note_id}/context",
+    summary="A note with what surrounds it (keep's ItemContext)",
+)
+async def context(
+    note_id: NoteIdDep,
+    request: Request,
+    scope: ReadScope,
+    session: SessionDep,
+    limits: LimitsDep,
+    similar_limit: Annotated[int, Query(ge=0, le=100)] = 3,
+    meta_limit: Annotated[int, Query(ge=0, le=100)] = 3,
+    parts_limit: Annotated[int, Query(ge=0, le=1000)] = 10,
+    edges_limit: Annotated[int, Query(ge=0, le=100)] = 5,
+    versions_limit: Annotated[int, Query(ge=0, le=1000)] = 3,
+    include_similar: bool = True,
+    include_meta: bool = True,
+    include_parts: bool = True,
+    include_versions: bool = True,
+    version: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
+) -> dict[str, Any]:
+    """The note (or its version `version`), similar notes, notes whose edge
+    tags point at it, its parts and the versions around it, in the exact
+    shape keep's `get_context` parses (no other keys)."""
+    ctx = _context(request, scope, session, limits)
+    found = await flow_context.item_context(
+        ctx,
+        note_id,
+        flow_context.ContextQuery(
+            similar_limit=similar_limit,
+            meta_limit=meta_limit,
+            parts_limit=parts_limit,
+            edges_limit=edges_limit,
+            versions_limit=versions_limit,
+            include_similar=include_similar,
+            include_meta=include_meta,
+            include_parts=include_parts,
+            include_versions=include_versions,
+            version=version,
+        ),
+    )
+    if found is None:
+        raise NoteNotFound(f"note not found: {note_id}")
+    return found

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.errors import BadRequest, NotEmbeddedYet, NotFound
+from app.graph import service as graph
 from app.notes import service as notes
 from app.notes.views import ItemView
 from app.providers.embedding.base import Embedder, QueryCache
@@ -272,12 +273,27 @@ async def get_context(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
         "similar": results(similar),
         "parts": {k: v for k, v in results(parts).items() if k != "deep_groups"},
         "meta": {"sections": {}, "count": 0},
-        "edges": {"edges": {}, "count": 0},
+        "edges": await _edges(ctx, found.id, _int(params, "edges_limit", 5, high=100)),
     }
     if query := _text(params, "query"):
         hits = await _find(ctx, search.FindInput(query=query, limit=_int(params, "limit", 10)))
         bindings["find_results"] = results([item(v, score=round(s, 4)) for v, s in hits.items])
     return Outcome(bindings=bindings)
+
+
+async def _edges(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
+    """keep's ``edges`` binding: notes pointing here, by inverse verb."""
+    if limit <= 0:
+        return {"edges": {}, "count": 0}
+    grouped = await graph.incoming(ctx.session, ctx.scope, note_id, limit=limit)
+    edges = {
+        verb: [
+            {"id": e["source_id"], "summary": e["summary"], "predicate": verb, "date": e["date"]}
+            for e in entries
+        ]
+        for verb, entries in grouped.items()
+    }
+    return {"edges": edges, "count": sum(len(v) for v in edges.values())}
 
 
 async def _find(ctx: FlowContext, data: search.FindInput) -> search.SearchResult:

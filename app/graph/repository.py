@@ -4,6 +4,7 @@ graph extraction later), walked by deep find."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, literal, select
@@ -282,3 +283,25 @@ async def search_entities(
         stmt = stmt.where(GraphEntity.kind == kind)
     rows = await session.execute(stmt.order_by(mentions.desc(), GraphEntity.key).limit(limit))
     return [(r[0], int(r[1])) for r in rows]
+
+
+async def edges_into(
+    session: AsyncSession, scope: Scope, target_id: str, *, limit: int
+) -> list[tuple[str, str, str, datetime]]:
+    """Tag edges pointing at a note: (source id, predicate, source summary,
+    source updated_at), newest source first."""
+    rows = await session.execute(
+        select(Edge.source_id, Edge.predicate, Note.summary, Note.updated_at)
+        .join(
+            Note,
+            and_(
+                Note.tenant_id == Edge.tenant_id,
+                Note.project_id == Edge.project_id,
+                Note.id == Edge.source_id,
+            ),
+        )
+        .where(*_in_scope(scope), Edge.target_id == target_id, Edge.origin == TAG)
+        .order_by(Note.updated_at.desc(), Edge.source_id)
+        .limit(limit)
+    )
+    return [(r[0], r[1], r[2], r[3]) for r in rows]

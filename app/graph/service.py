@@ -183,3 +183,18 @@ def _note_or_404(raw_id: str) -> str:
         return normalize_id(raw_id)
     except InvalidId as exc:
         raise BadRequest(f"invalid id: {exc}") from exc
+
+
+async def incoming(
+    session: AsyncSession, scope: Scope, note_id: str, *, limit: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Notes whose edge tags point at this one, grouped by the inverse verb
+    (``speaker: Ada`` on a line shows on Ada as ``said``), newest first."""
+    rows = await repo.edges_into(session, scope, note_id, limit=limit)
+    verbs = await repo.inverse_verbs(session, scope, {predicate for _, predicate, _, _ in rows})
+    out: dict[str, list[dict[str, Any]]] = {}
+    for source_id, predicate, summary, updated in rows:
+        out.setdefault(verbs.get(predicate, predicate), []).append(
+            {"source_id": source_id, "summary": summary, "date": updated.date().isoformat()}
+        )
+    return out
