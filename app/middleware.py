@@ -52,6 +52,8 @@ class _TooLarge(Exception):
 
 
 UPLOAD_PATH = "/v1/upload"
+# Paths whose last segments are a percent-encoded note id ("%2F" kept).
+RAW_ID_PATHS = (b"/v1/notes/", b"/v1/export/bundles/")
 MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers around the file
 
 
@@ -87,7 +89,7 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         try:
             raw_path: bytes | None = scope.get("raw_path")
-            if raw_path and raw_path.startswith(b"/v1/notes/"):
+            if raw_path and raw_path.startswith(RAW_ID_PATHS):
                 scope = dict(scope)
                 scope["path"] = raw_path.split(b"?", 1)[0].decode("latin-1")
 

@@ -66,3 +66,56 @@ async def test_get_flow_reports_edges(client, tenant) -> None:
 
 def _ndjson(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def test_export_ndjson_envelope_bundle_and_changes(client, tenant) -> None:
+    await _put(client, tenant, id="e1", content="one", tags={"topic": "a"})
+    await _put(client, tenant, id="e1", content="one, again")
+    await _put(client, tenant, id="e2", content="two", tags={"speaker": "Cy"})
+    r = await client.get(
+        "/v1/export", params={"include_system": "false", "stream": "ndjson"}, headers=tenant.headers
+    )
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    head, *docs = _ndjson(r.text)
+    assert head["format"] == "keep-export" and head["version"] == 3
+    info = head["store_info"]
+    assert (info["document_count"], info["version_count"], info["part_count"]) == (3, 1, 0)
+    by_id = {d["id"]: d for d in docs}
+    assert set(by_id) == {"e1", "e2", "Cy"}  # the stub made by the edge tag is a note too
+    assert by_id["e1"]["summary"] == "one, again"
+    assert [v["summary"] for v in by_id["e1"]["versions"]] == ["one"]
+    for key in ("tags", "content_hash", "created_at", "updated_at", "accessed_at", "parts"):
+        assert key in by_id["e1"]
+    r = await client.get("/v1/export", params={"include_system": "true"}, headers=tenant.headers)
+    envelope = r.json()
+    assert envelope["store_info"]["document_count"] == len(envelope["documents"]) > 3
+    r = await client.get("/v1/export/bundles/Cy", headers=tenant.headers)
+    assert r.json()["current_inverse"] == [["said", "e2"]]
+    assert r.json()["edge_tag_keys"] == ["speaker"]
+    assert (await client.get("/v1/export/bundles/nope", headers=tenant.headers)).status_code == 404
+    # the change feed, paged
+    r = await client.get(
+        "/v1/export/changes", params={"cursor": "0", "limit": 0}, headers=tenant.headers
+    )
+    first = r.json()
+    assert first["events"] == [] and first["cursor"] == first["head_cursor"] != "0"
+    seen, cursor = [], "0"
+    while True:
+        page = (
+            await client.get(
+                "/v1/export/changes", params={"cursor": cursor, "limit": 2}, headers=tenant.headers
+            )
+        ).json()
+        if not page["events"]:
+            break
+        seen += [(e["mutation"], e["entity_id"]) for e in page["events"]]
+        cursor = page["cursor"]
+    assert ("doc_insert", "e1") in seen and ("version_insert", "e1") in seen
+    assert cursor == first["head_cursor"]
+    bad = await client.get("/v1/export/changes", params={"cursor": "x"}, headers=tenant.headers)
+    assert bad.status_code == 400
+
+
+async def test_ready_advertises_the_export_capabilities(client) -> None:
+    caps = (await client.get("/v1/ready")).json()["capabilities"]
+    assert caps["export_bundle"] and caps["export_changes"] and caps["export_stream_ndjson"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -28,3 +28,28 @@ async def record(
             payload=payload or {},
         )
     )
+
+
+async def after(session: AsyncSession, scope: Scope, *, cursor: int, limit: int) -> list[Change]:
+    """The project's changes after ``cursor`` (a change id), oldest first."""
+    rows = await session.execute(
+        select(Change)
+        .where(
+            Change.tenant_id == scope.tenant_id,
+            Change.project_id == scope.project_id,
+            Change.id > cursor,
+        )
+        .order_by(Change.id)
+        .limit(limit)
+    )
+    return list(rows.scalars())
+
+
+async def head(session: AsyncSession, scope: Scope) -> int:
+    """The newest change id of the project (0 when none)."""
+    newest = await session.scalar(
+        select(func.max(Change.id)).where(
+            Change.tenant_id == scope.tenant_id, Change.project_id == scope.project_id
+        )
+    )
+    return int(newest or 0)

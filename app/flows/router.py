@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Query, Request
+from fastapi import Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep
 from app.errors import NoteNotFound
 from app.flows import context as flow_context
-from app.flows import service
+from app.flows import exports, service
 from app.flows.schemas import FlowRequest, FlowResult
 from app.flows.states import FlowContext
 from app.settings import Limits
@@ -86,3 +87,54 @@ async def context(
     if found is None:
         raise NoteNotFound(f"note not found: {note_id}")
     return found
+
+
+@router.get("/export", summary="Export the project (keep-export)")
+async def export(
+    request: Request,
+    scope: ReadScope,
+    include_system: bool = False,
+    stream: Annotated[str | None, Query(description="`ndjson` to stream.", max_length=20)] = None,
+) -> Response:
+    """Every note with its versions and parts in keep's export format: with
+    `stream=ndjson` a header line (counts) then one document per line, else
+    one JSON object with `documents`."""
+    db = request.app.state.db
+    if stream == "ndjson":
+        return StreamingResponse(
+            exports.ndjson(db, scope, include_system=include_system),
+            media_type="application/x-ndjson",
+        )
+    return JSONResponse(await exports.envelope(db, scope, include_system=include_system))
+
+
+@router.get("/export/bundles/{note_id}", summary="Export one note with its incoming edges")
+async def export_bundle(
+    note_id: NoteIdDep,
+    scope: ReadScope,
+    session: SessionDep,
+    include_system: bool = False,
+    include_parts: bool = True,
+    include_versions: bool = True,
+) -> dict[str, Any]:
+    """One note as keep's markdown export reads it: the document, the edges
+    pointing at it, and the edge-tag keys."""
+    return await exports.bundle(
+        session,
+        scope,
+        note_id,
+        include_parts=include_parts,
+        include_versions=include_versions,
+    )
+
+
+@router.get("/export/changes", summary="The change feed (keep-export-changes)")
+async def export_changes(
+    scope: ReadScope,
+    session: SessionDep,
+    cursor: Annotated[str, Query(max_length=40, description='"0" at the start.')] = "0",
+    limit: Annotated[int, Query(ge=0, le=exports.MAX_CHANGES)] = 1000,
+) -> dict[str, Any]:
+    """Writes to the project after `cursor`, oldest first; pass the returned
+    `cursor` for the next page (`limit` 0 reads only `head_cursor`)."""
+    return await exports.changes(session, scope, cursor=cursor, limit=limit)

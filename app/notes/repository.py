@@ -455,3 +455,70 @@ async def neighbours_in_time(
         .all()
     )
     return list(reversed(earlier)), later
+
+
+# -- export ---------------------------------------------------------------
+
+
+async def versions_of_many(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str]
+) -> dict[str, list[NoteVersion]]:
+    """Each note's history, oldest first."""
+    if not note_ids:
+        return {}
+    rows = await session.execute(
+        select(NoteVersion)
+        .where(
+            NoteVersion.tenant_id == scope.tenant_id,
+            NoteVersion.project_id == scope.project_id,
+            NoteVersion.note_id.in_(list(note_ids)),
+        )
+        .order_by(NoteVersion.note_id, NoteVersion.version)
+    )
+    out: dict[str, list[NoteVersion]] = {}
+    for version in rows.scalars():
+        out.setdefault(version.note_id, []).append(version)
+    return out
+
+
+async def parts_of_many(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str]
+) -> dict[str, list[Part]]:
+    if not note_ids:
+        return {}
+    rows = await session.execute(
+        select(Part)
+        .where(
+            Part.tenant_id == scope.tenant_id,
+            Part.project_id == scope.project_id,
+            Part.note_id.in_(list(note_ids)),
+        )
+        .order_by(Part.note_id, Part.part_num)
+    )
+    out: dict[str, list[Part]] = {}
+    for part in rows.scalars():
+        out.setdefault(part.note_id, []).append(part)
+    return out
+
+
+async def count_history(
+    session: AsyncSession, scope: Scope, *, include_hidden: bool
+) -> tuple[int, int]:
+    """(versions, parts) of the project's notes."""
+    visible = [] if include_hidden else [~NoteVersion.note_id.startswith(".", autoescape=True)]
+    versions = await session.scalar(
+        select(func.count())
+        .select_from(NoteVersion)
+        .where(
+            NoteVersion.tenant_id == scope.tenant_id,
+            NoteVersion.project_id == scope.project_id,
+            *visible,
+        )
+    )
+    part_filter = [] if include_hidden else [~Part.note_id.startswith(".", autoescape=True)]
+    parts = await session.scalar(
+        select(func.count())
+        .select_from(Part)
+        .where(Part.tenant_id == scope.tenant_id, Part.project_id == scope.project_id, *part_filter)
+    )
+    return int(versions or 0), int(parts or 0)

@@ -1,0 +1,187 @@
+"""keep's export formats (KEEP_PROTOCOL §3.5): a project as ``keep-export``
+documents (ndjson stream or one JSON envelope), one note as a bundle with its
+incoming edges, and the change feed as ``keep-export-changes`` pages.
+
+The stream reads the project a page at a time, each page in its own
+transaction bound to the caller's scope, so an export of any size holds
+neither a transaction nor the whole project in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import tenancy
+from app.auth.scope import Scope
+from app.db import Database
+from app.errors import BadRequest, NoteNotFound
+from app.feed import repository as feed
+from app.graph import repository as edges
+from app.models import Note, NoteVersion, Part
+from app.notes import repository as notes
+from app.notes.ids import normalize_id
+from app.timeutil import keep_ts, utcnow
+
+FORMAT, VERSION = "keep-export", 3
+PAGE = 500
+MAX_CHANGES = 10_000
+
+
+def _version(v: NoteVersion) -> dict[str, Any]:
+    return {
+        "version": v.version,
+        "summary": v.summary,
+        "tags": v.tags,
+        "content_hash": (v.content_hash or "")[:10],
+        "created_at": keep_ts(v.created_at),
+        "updated_at": keep_ts(v.updated_at),
+    }
+
+
+def _part(p: Part) -> dict[str, Any]:
+    return {
+        "part_num": p.part_num,
+        "summary": p.summary,
+        "tags": p.tags,
+        "created_at": keep_ts(p.created_at),
+    }
+
+
+def document(note: Note, versions: Sequence[NoteVersion], parts: Sequence[Part]) -> dict[str, Any]:
+    return {
+        "id": note.id,
+        "summary": note.summary,
+        "tags": note.tags,
+        "content_hash": (note.content_hash or "")[:10],
+        "content_hash_full": note.content_hash or "",
+        "created_at": keep_ts(note.created_at),
+        "updated_at": keep_ts(note.updated_at),
+        "accessed_at": keep_ts(note.accessed_at),
+        "versions": [_version(v) for v in versions],
+        "parts": [_part(p) for p in parts],
+    }
+
+
+async def header(session: AsyncSession, scope: Scope, *, include_system: bool) -> dict[str, Any]:
+    documents = await notes.count(session, scope, include_hidden=include_system)
+    versions, parts = await notes.count_history(session, scope, include_hidden=include_system)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": keep_ts(utcnow()),
+        "store_info": {
+            "document_count": documents,
+            "version_count": versions,
+            "part_count": parts,
+            "collection": scope.project_slug,
+        },
+    }
+
+
+async def documents(
+    db: Database, scope: Scope, *, include_system: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """Every note of the project with its versions and parts, by id."""
+    after = ""
+    while True:
+        async with tenancy.transaction(db, scope) as session:
+            query = notes.ListQuery(
+                order_by="id",
+                limit=PAGE,
+                include_hidden=include_system,
+                after=("", after) if after else None,
+            )
+            page = list(await notes.list_notes(session, scope, query))
+            ids = [n.id for n in page]
+            versions = await notes.versions_of_many(session, scope, ids)
+            parts = await notes.parts_of_many(session, scope, ids)
+        for note in page:
+            yield document(note, versions.get(note.id, []), parts.get(note.id, []))
+        if len(page) < PAGE:
+            return
+        after = page[-1].id
+
+
+async def ndjson(db: Database, scope: Scope, *, include_system: bool) -> AsyncIterator[bytes]:
+    async with tenancy.transaction(db, scope) as session:
+        head = await header(session, scope, include_system=include_system)
+    yield (json.dumps(head) + "\n").encode()
+    async for doc in documents(db, scope, include_system=include_system):
+        yield (json.dumps(doc, default=str) + "\n").encode()
+
+
+async def envelope(db: Database, scope: Scope, *, include_system: bool) -> dict[str, Any]:
+    async with tenancy.transaction(db, scope) as session:
+        out = await header(session, scope, include_system=include_system)
+    out["documents"] = [d async for d in documents(db, scope, include_system=include_system)]
+    return out
+
+
+async def bundle(
+    session: AsyncSession,
+    scope: Scope,
+    raw_id: str,
+    *,
+    include_parts: bool,
+    include_versions: bool,
+) -> dict[str, Any]:
+    """One note for keep's markdown export: the document, and the edges that
+    point at it (``[predicate, source id]``)."""
+    note_id = normalize_id(raw_id)
+    note = await notes.get(session, scope, note_id)
+    if note is None:
+        raise NoteNotFound(f"note not found: {raw_id}")
+    versions = (await notes.versions_of_many(session, scope, [note_id])).get(note_id, [])
+    parts = (await notes.parts_of_many(session, scope, [note_id])).get(note_id, [])
+    incoming = await edges.edges_into(session, scope, note_id, limit=1000)
+    keys = await edges.inverse_verbs(session, scope, {p for _, p, _, _ in incoming})
+    return {
+        "document": document(
+            note, versions if include_versions else [], parts if include_parts else []
+        ),
+        "current_inverse": [[keys.get(p, p), source] for source, p, _, _ in incoming],
+        "version_inverse": [],
+        "edge_tag_keys": sorted(keys),
+    }
+
+
+async def changes(
+    session: AsyncSession, scope: Scope, *, cursor: str, limit: int
+) -> dict[str, Any]:
+    """A page of the change feed after ``cursor`` (``"0"`` at the start);
+    ``limit`` 0 reads only the head."""
+    try:
+        after = int(cursor)
+        if after < 0:
+            raise ValueError
+    except ValueError as exc:
+        raise BadRequest(
+            f"invalid cursor {cursor[:40]!r}: use the cursor of the last page"
+        ) from exc
+    newest = await feed.head(session, scope)
+    events = await feed.after(session, scope, cursor=after, limit=limit) if limit > 0 else []
+    next_cursor = events[-1].id if events else (newest if limit == 0 else after)
+    return {
+        "format": "keep-export-changes",
+        "version": 1,
+        "cursor": str(next_cursor),
+        "head_cursor": str(newest),
+        "compacted": False,
+        "truncated": False,  # the feed is never pruned: nothing was left out
+        "events": [
+            {
+                "outbox_id": e.id,
+                "mutation": e.mutation,
+                "entity_id": e.entity_id,
+                "collection": scope.project_slug,
+                "payload_json": json.dumps(e.payload or {}),
+                "created_at": keep_ts(e.created_at),
+                "affected_note_ids": [e.entity_id],
+            }
+            for e in events
+        ],
+    }
