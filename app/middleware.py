@@ -52,6 +52,9 @@ class _TooLarge(Exception):
 
 
 UPLOAD_PATH = "/v1/upload"
+IMPORT_PATH = "/v1/import"
+# Whole documents and whole exports: the upload limit, not the body limit.
+LARGE_BODY_PATHS = (UPLOAD_PATH, IMPORT_PATH)
 # Paths whose last segments are a percent-encoded note id ("%2F" kept).
 RAW_ID_PATHS = (b"/v1/notes/", b"/v1/export/bundles/")
 MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers around the file
@@ -94,7 +97,7 @@ class RequestContextMiddleware:
                 scope["path"] = raw_path.split(b"?", 1)[0].decode("latin-1")
 
             limit = self.max_body_bytes
-            if scope["path"] == UPLOAD_PATH:
+            if scope["path"] in LARGE_BODY_PATHS:
                 limit = self.max_upload_bytes + MULTIPART_OVERHEAD
             too_large = f"request body is larger than {limit} bytes"
             declared = headers.get(b"content-length")

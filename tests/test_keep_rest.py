@@ -119,3 +119,39 @@ async def test_export_ndjson_envelope_bundle_and_changes(client, tenant) -> None
 async def test_ready_advertises_the_export_capabilities(client) -> None:
     caps = (await client.get("/v1/ready")).json()["capabilities"]
     assert caps["export_bundle"] and caps["export_changes"] and caps["export_stream_ndjson"]
+
+
+async def test_import_round_trip_into_another_project(client, tenant) -> None:
+    await _put(client, tenant, id="r1", content="first words", tags={"topic": "x"})
+    await _put(client, tenant, id="r1", content="second words", tags={"topic": "y"})
+    await _put(client, tenant, id="r2", content="other note", created_at="2023-05-08T13:56:00")
+    exported = (await client.get("/v1/export", headers=tenant.headers)).json()
+    payload = {"format": "keep-export", "version": 3, "mode": "merge", **exported}
+    r = await client.post("/v1/import", json=payload, headers=tenant.project("copy"))
+    assert r.status_code == 200, r.text
+    counts = r.json()
+    assert counts == {"imported": 2, "versions": 1, "parts": 0, "skipped": 0, "queued": 2}
+    again = (await client.post("/v1/import", json=payload, headers=tenant.project("copy"))).json()
+    assert again["skipped"] == 2 and again["imported"] == 0
+    copy = (await client.get("/v1/export", headers=tenant.project("copy"))).json()
+
+    def shape(doc: dict) -> tuple:
+        user = {k: v for k, v in doc["tags"].items() if not k.startswith("_")}
+        versions = [(v["summary"], v["tags"].get("topic")) for v in doc["versions"]]
+        return doc["summary"], user, versions, doc["created_at"]
+
+    assert {d["id"]: shape(d) for d in copy["documents"]} == {
+        d["id"]: shape(d) for d in exported["documents"]
+    }
+    # replace overwrites; bad input is a 400 that imports nothing
+    payload["mode"] = "replace"
+    payload["documents"] = [{"id": "r1", "summary": "replaced", "tags": {"k": "v"}}]
+    r = await client.post("/v1/import", json=payload, headers=tenant.project("copy"))
+    assert r.json()["imported"] == 1
+    got = (await client.get("/v1/notes/r1", headers=tenant.project("copy"))).json()
+    assert got["summary"] == "replaced" and got["tags"]["k"] == "v"
+    bad = {"mode": "merge", "documents": [{"id": "ok", "summary": "s"}, {"id": "bad;id"}]}
+    r = await client.post("/v1/import", json=bad, headers=tenant.project("copy"))
+    assert r.status_code == 400
+    r = await client.get("/v1/notes/ok", headers=tenant.project("copy"))
+    assert r.status_code == 404

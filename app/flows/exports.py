@@ -23,7 +23,7 @@ from app.feed import repository as feed
 from app.graph import repository as edges
 from app.models import Note, NoteVersion, Part
 from app.notes import repository as notes
-from app.notes.ids import normalize_id
+from app.notes.common import valid_id
 from app.timeutil import keep_ts, utcnow
 
 FORMAT, VERSION = "keep-export", 3
@@ -131,7 +131,7 @@ async def bundle(
 ) -> dict[str, Any]:
     """One note for keep's markdown export: the document, and the edges that
     point at it (``[predicate, source id]``)."""
-    note_id = normalize_id(raw_id)
+    note_id = valid_id(raw_id)
     note = await notes.get(session, scope, note_id)
     if note is None:
         raise NoteNotFound(f"note not found: {raw_id}")

@@ -9,12 +9,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
-from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep
+from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import NoteNotFound
 from app.flows import context as flow_context
 from app.flows import exports, service
-from app.flows.schemas import FlowRequest, FlowResult
+from app.flows.schemas import FlowRequest, FlowResult, ImportRequest, ImportResult
 from app.flows.states import FlowContext
+from app.notes import importing
 from app.settings import Limits
 from app.wire import MAX_OFFSET, api_router
 
@@ -138,3 +139,22 @@ async def export_changes(
     """Writes to the project after `cursor`, oldest first; pass the returned
     `cursor` for the next page (`limit` 0 reads only `head_cursor`)."""
     return await exports.changes(session, scope, cursor=cursor, limit=limit)
+
+
+@router.post("/import", response_model=ImportResult, summary="Import keep-export documents")
+async def import_(
+    body: ImportRequest, scope: WriteScope, session: SessionDep, limits: LimitsDep
+) -> ImportResult:
+    """Notes with their versions, parts, tags and timestamps, from a keep
+    export (one request, so an import is never split by the rate limit).
+    `merge` skips notes that exist; `replace` overwrites them."""
+    done = await importing.import_documents(
+        session, scope, body.documents, mode=body.mode, limits=limits
+    )
+    return ImportResult(
+        imported=done.imported,
+        versions=done.versions,
+        parts=done.parts,
+        skipped=done.skipped,
+        queued=done.queued,
+    )

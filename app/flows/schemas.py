@@ -50,3 +50,22 @@ class FlowResult(BaseModel):
     cursor: str | None = None
     tried_queries: list[str] = Field(default_factory=list)
     rendered: str | None = Field(default=None, description="With token_budget > 0.")
+
+
+class ImportRequest(BaseModel):
+    """keep's import payload (``keep data import``): a keep-export document list."""
+
+    format: str = Field(default="keep-export", max_length=40)
+    version: int = Field(default=3, ge=1, le=100)
+    mode: Literal["merge", "replace"] = Field(
+        default="merge", description="merge: keep existing notes; replace: overwrite them."
+    )
+    documents: list[dict[str, Any]] = Field(max_length=100_000)
+
+
+class ImportResult(BaseModel):
+    imported: int
+    versions: int
+    parts: int
+    skipped: int
+    queued: int = Field(description="Notes queued for embedding and the rest of the pipeline.")

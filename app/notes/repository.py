@@ -252,6 +252,23 @@ async def insert_versions(
     )
 
 
+async def insert_version_text(
+    session: AsyncSession, scope: Scope, note_id: str, *, values: dict[str, Any]
+) -> None:
+    """One history row from text (an imported version): its full text is
+    indexed from its summary and tag words (``fts_text``, ``tag_text``)."""
+    fts_text, tag_text = values.pop("fts_text"), values.pop("tag_text")
+    await session.execute(
+        insert(NoteVersion).values(
+            tenant_id=scope.tenant_id,
+            project_id=scope.project_id,
+            note_id=note_id,
+            fts=_fts(fts_text, tag_text),
+            **values,
+        )
+    )
+
+
 def _versions_of(scope: Scope, note_id: str) -> ColumnElement[bool]:
     return and_(
         NoteVersion.tenant_id == scope.tenant_id,

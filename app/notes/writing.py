@@ -212,7 +212,7 @@ async def _write(
         await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
         if user_tags:
             await edges.sync_tag_edges(session, scope, note_id, user_tags)
-        queued = await _enqueue_processing(
+        queued = await enqueue_processing(
             session,
             scope,
             note_id,
@@ -280,7 +280,7 @@ async def _write(
     changed = content_changed or tags_changed or "summary" in values
     pending: list[str] = []
     if content_changed or force:
-        pending = await _enqueue_processing(
+        pending = await enqueue_processing(
             session,
             scope,
             note_id,
@@ -333,7 +333,7 @@ async def _put_by_uri(
     return view
 
 
-async def _enqueue_processing(
+async def enqueue_processing(
     session: AsyncSession,
     scope: Scope,
     note_id: str,

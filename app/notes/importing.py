@@ -1,0 +1,208 @@
+"""Importing keep-export documents (``POST /v1/import``): each note with its
+history and parts, its own timestamps and tags, as the notes domain writes
+any note (change feed, tag edges, embedding queued).
+
+``merge`` keeps notes that already exist (counted as skipped); ``replace``
+deletes them first, history included. An imported note has no full text, only
+its summary, which becomes what is indexed and embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.errors import BadRequest, PayloadTooLarge
+from app.feed import repository as feed
+from app.notes import edges, history
+from app.notes import repository as repo
+from app.notes import tags as tagrules
+from app.notes.common import sha256_hex, tag_error, tag_words, valid_id
+from app.notes.ids import is_part_id, is_system_id
+from app.notes.views import split_system
+from app.notes.writing import enqueue_processing
+from app.settings import Limits
+from app.timeutil import parse_timestamp, utcnow
+
+MODES = ("merge", "replace")
+# Tags keep computes from timestamps on the way out: not stored.
+_COMPUTED = {"_created", "_updated", "_updated_date", "_accessed", "_accessed_date"}
+MAX_DOCUMENTS = 100_000
+
+
+@dataclass(slots=True)
+class ImportResult:
+    imported: int = 0
+    versions: int = 0
+    parts: int = 0
+    skipped: int = 0
+    queued: int = 0
+
+
+def _when(value: Any, fallback: Any) -> Any:
+    if isinstance(value, str) and value.strip():
+        try:
+            return parse_timestamp(value)
+        except ValueError as exc:
+            raise BadRequest(f"invalid timestamp {value[:40]!r} in import: {exc}") from exc
+    return fallback
+
+
+def _tags(raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(user tags checked by keep's rules, stored system tags)."""
+    if raw is None:
+        return {}, {}
+    if not isinstance(raw, Mapping):
+        raise BadRequest("document tags must be an object")
+    user, system = split_system(dict(raw))
+    try:
+        checked = tagrules.apply_changes({}, add=tagrules.user_tag_changes(user)[1])
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
+    return checked, {k: v for k, v in system.items() if k not in _COMPUTED}
+
+
+def _text(doc: Mapping[str, Any], key: str) -> str:
+    value = doc.get(key)
+    return value if isinstance(value, str) else ""
+
+
+async def import_documents(
+    session: AsyncSession,
+    scope: Scope,
+    documents: Sequence[Any],
+    *,
+    mode: str,
+    limits: Limits,
+) -> ImportResult:
+    if mode not in MODES:
+        raise BadRequest(f"mode must be one of {', '.join(MODES)}")
+    if len(documents) > MAX_DOCUMENTS:
+        raise PayloadTooLarge(f"at most {MAX_DOCUMENTS} documents per import; split the file")
+    result = ImportResult()
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, Mapping):
+            raise BadRequest(f"documents[{index}] must be an object")
+        note_id = valid_id(_text(doc, "id"), f"documents[{index}].id")
+        if is_part_id(note_id):
+            raise BadRequest(f"documents[{index}]: {note_id!r} is a part id")
+        if await repo.get(session, scope, note_id) is not None:
+            if mode == "merge":
+                result.skipped += 1
+                continue
+            # the note exists (just read): delete it with its history
+            await history.delete(session, scope, raw_id=note_id, delete_versions=True)
+        await _import_one(session, scope, note_id, doc, result, limits=limits)
+    return result
+
+
+async def _import_one(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    doc: Mapping[str, Any],
+    result: ImportResult,
+    *,
+    limits: Limits,
+) -> None:
+    now = utcnow()
+    summary = (_text(doc, "summary") or _text(doc, "content"))[: limits.max_summary_chars]
+    user, system = _tags(doc.get("tags"))
+    created = _when(doc.get("created_at"), now)
+    content_hash = _text(doc, "content_hash_full") or sha256_hex(summary)
+    system_note = is_system_id(note_id)
+    stored = {**system, **user, "_summarized_hash": content_hash[:10]}
+    await repo.insert_note(
+        session,
+        scope,
+        note_id=note_id,
+        values={
+            "summary": summary,
+            "tags": stored,
+            "tag_index": tagrules.index_terms(user),
+            "content_hash": content_hash,
+            "created_at": created,
+            "updated_at": _when(doc.get("updated_at"), created),
+            "accessed_at": _when(doc.get("accessed_at"), now),
+            "pending_content": None if system_note else summary,
+        },
+        fts_text=summary[: limits.max_fts_chars],
+        tag_text=tag_words(note_id, user),
+    )
+    await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+    result.imported += 1
+    result.versions += await _import_versions(session, scope, note_id, doc.get("versions"))
+    result.parts += await _import_parts(session, scope, note_id, doc.get("parts"))
+    if user:
+        await edges.sync_tag_edges(session, scope, note_id, user)
+    queued = await enqueue_processing(
+        session,
+        scope,
+        note_id,
+        system_note=system_note,
+        needs_summary=False,
+        content_hash=content_hash,
+        existed=False,
+        graph_extraction=limits.graph_extraction,
+    )
+    result.queued += 1 if queued else 0
+
+
+async def _import_versions(session: AsyncSession, scope: Scope, note_id: str, raw: Any) -> int:
+    if not isinstance(raw, list):
+        return 0
+    ordered = sorted(
+        (v for v in raw if isinstance(v, Mapping)), key=lambda v: int(v.get("version") or 0)
+    )
+    for number, version in enumerate(ordered, start=1):
+        summary = _text(version, "summary")
+        user, system = _tags(version.get("tags"))
+        created = _when(version.get("created_at"), utcnow())
+        await repo.insert_version_text(
+            session,
+            scope,
+            note_id,
+            values={
+                "version": number,
+                "summary": summary,
+                "tags": {**system, **user},
+                "content_hash": _text(version, "content_hash") or sha256_hex(summary),
+                "created_at": created,
+                "updated_at": _when(version.get("updated_at"), created),
+                "fts_text": summary,
+                "tag_text": tag_words(note_id, user),
+            },
+        )
+    if ordered:
+        await feed.record(
+            session,
+            scope,
+            mutation="version_insert",
+            entity_id=note_id,
+            payload={"versions": len(ordered)},
+        )
+    return len(ordered)
+
+
+async def _import_parts(session: AsyncSession, scope: Scope, note_id: str, raw: Any) -> int:
+    if not isinstance(raw, list):
+        return 0
+    rows: list[tuple[int, str, dict[str, Any], str, str]] = []
+    for i, part in enumerate(p for p in raw if isinstance(p, Mapping)):
+        summary = _text(part, "summary")
+        tags = part.get("tags") if isinstance(part.get("tags"), Mapping) else {}
+        num = part.get("part_num")
+        rows.append(
+            (int(num) if isinstance(num, int) else i + 1, summary, dict(tags or {}),
+             sha256_hex(summary), summary)
+        )  # fmt: skip
+    if rows:
+        await repo.insert_parts(session, scope, note_id, rows)
+        await feed.record(
+            session, scope, mutation="part_insert", entity_id=note_id, payload={"parts": len(rows)}
+        )
+    return len(rows)
