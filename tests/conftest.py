@@ -6,6 +6,8 @@ cleaning and every test is also a tenancy test.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -91,6 +93,35 @@ async def app_client(settings: Settings, db: Database) -> AsyncIterator[httpx.As
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://keepmem.test") as c:
             yield c
+
+
+@pytest.fixture(scope="session")
+def live_url(settings: Settings) -> Iterator[str]:
+    """keepmem served by uvicorn in a thread (its own event loop and engine,
+    as in production), for clients that need a real HTTP server. Rate limits
+    are off: clients here send bursts on purpose."""
+    import threading
+
+    import uvicorn
+
+    from app.embedded import free_port
+
+    live = settings.model_copy(update={"rate_limit_per_minute": 0, "auth_failures_per_minute": 0})
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(live), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the live server did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 @dataclass

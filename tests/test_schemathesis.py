@@ -8,48 +8,21 @@ production, against the suite's PostgreSQL and Redis.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-import uvicorn
 
-from app.embedded import free_port
-from app.main import create_app
 from tests.conftest import ADMIN_TOKEN
 
 CONFIG = Path(__file__).parent / "schemathesis" / "schemathesis.toml"
 ST = Path(sys.executable).parent / "st"
 MAX_EXAMPLES = os.environ.get("KEEPMEM_SCHEMATHESIS_EXAMPLES", "20")
 SEED = os.environ.get("KEEPMEM_SCHEMATHESIS_SEED", "20261123")
-
-
-@pytest.fixture(scope="module")
-def live_url(settings) -> Iterator[str]:
-    live = settings.model_copy(update={"rate_limit_per_minute": 0, "auth_failures_per_minute": 0})
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(live), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the live server did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def _run(url: str, token: str, *paths: str) -> subprocess.CompletedProcess[str]:
