@@ -179,3 +179,76 @@ async def test_token_budget_renders_text_within_it(client, tenant) -> None:
         client, tenant, {"state": "list", "params": {"limit": 20}, "token_budget": 30}
     )
     assert out["rendered"] and len(out["rendered"]) <= 30 * 4
+
+
+def _all_captured() -> list[tuple[str, dict[str, Any]]]:
+    out, label = [], ""
+    for name in ("requests.jsonl", "requests_cli.jsonl", "err.jsonl", "verify.jsonl"):
+        for line in (CAPTURE / name).read_text().splitlines():
+            record = json.loads(line)
+            if "label" in record:
+                label = record["label"]
+            else:
+                out.append((f"{name}:{label}", record))
+    return out
+
+
+async def test_every_captured_request_gets_what_the_client_reads(client, make_tenant) -> None:
+    """Each request keep-skill sends (every endpoint, as captured: method, raw
+    path, query, body, X-Project), replayed; the answer has what keep reads."""
+    tenant = await make_tenant()
+    # what the captured reads refer to
+    for note_id, versions in (
+        ("file:///a b/c.md", 3),
+        ("note-1", 1),
+        ("file:///home/user/note.md", 1),
+    ):
+        for i in range(versions):  # the context capture views version 2 of c.md
+            await client.post(
+                "/v1/notes",
+                json={"id": note_id, "content": f"draft {i}"},
+                headers=tenant.project("demo-proj"),
+            )
+    task_id = None
+    for label, record in _all_captured():
+        path = record["raw_path"]
+        if task_id and "/v1/tasks/task-1" in path:
+            path = path.replace("task-1", task_id)  # ids are ours to make
+        headers = {**tenant.headers, "content-type": "application/json"}
+        if "x-project" in record["headers"]:
+            headers["X-Project"] = record["headers"]["x-project"]
+        body = record.get("body")
+        content = json.dumps(body).encode() if body is not None else None
+        r = await client.request(record["method"], path, content=content, headers=headers)
+        assert r.status_code in (200, 201, 204), (label, path, r.status_code, r.text[:300])
+        if r.status_code == 204:
+            continue
+        if path.startswith("/v1/export?") and "stream=ndjson" in path:
+            head = json.loads(r.text.splitlines()[0])
+            assert {"document_count", "version_count", "part_count"} <= set(head["store_info"])
+            continue
+        got = r.json()
+        if path.startswith("/v1/flow"):
+            assert got["status"] in ("done", "error", "async", "stopped"), (label, got)
+            assert {"status", "bindings", "data", "ticks", "history", "cursor"} <= set(got)
+        elif "/context" in path:
+            assert set(got) == {"item", "viewing_offset", "similar", "meta", "edges", "parts",
+                                "focus_part", "expand_parts", "prev", "next"}  # fmt: skip
+        elif path == "/v1/health":
+            assert isinstance(got["item_count"], int)
+        elif path == "/v1/ready":
+            assert got["capabilities"]["export_bundle"] and got["capabilities"]["export_changes"]
+        elif path.startswith("/v1/export/bundles/"):
+            assert {"document", "current_inverse", "version_inverse", "edge_tag_keys"} <= set(got)
+        elif path.startswith("/v1/export/changes"):
+            assert {"cursor", "head_cursor", "compacted", "truncated", "events"} <= set(got)
+        elif path == "/v1/processors":
+            assert got["processors"]
+        elif path == "/v1/tasks":
+            task_id = got["task_id"]
+        elif path.startswith("/v1/tasks/"):
+            assert got["status"] in ("queued", "processing", "completed", "failed")
+        elif path == "/v1/import":
+            assert {"imported", "versions", "parts", "skipped", "queued"} <= set(got)
+        elif path.startswith("/v1/notes/"):
+            assert {"id", "summary", "tags"} <= set(got)

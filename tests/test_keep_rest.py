@@ -155,3 +155,27 @@ async def test_import_round_trip_into_another_project(client, tenant) -> None:
     assert r.status_code == 400
     r = await client.get("/v1/notes/ok", headers=tenant.project("copy"))
     assert r.status_code == 404
+
+
+async def test_a_5000_note_import_is_one_request(client, tenant, settings) -> None:
+    """keep sends a whole export in one POST: it is not split, so the per-key
+    rate limit cannot throttle it, and the body limit is the upload limit."""
+    documents = [
+        {"id": f"imp-{i:05d}", "summary": f"imported note {i} about tides", "tags": {"batch": "b"}}
+        for i in range(5000)
+    ]
+    r = await client.post(
+        "/v1/import",
+        json={"format": "keep-export", "version": 3, "mode": "merge", "documents": documents},
+        headers=tenant.project("bulk"),
+    )
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["imported"] == 5000
+    listed = await client.get(
+        "/v1/notes", params={"tag": "batch=b", "limit": 1}, headers=tenant.project("bulk")
+    )
+    assert listed.json()["count"] == 1
+    head = await client.get(
+        "/v1/export", params={"stream": "ndjson"}, headers=tenant.project("bulk")
+    )
+    assert json.loads(head.text.splitlines()[0])["store_info"]["document_count"] == 5000
