@@ -179,3 +179,25 @@ async def test_a_5000_note_import_is_one_request(client, tenant, settings) -> No
         "/v1/export", params={"stream": "ndjson"}, headers=tenant.project("bulk")
     )
     assert json.loads(head.text.splitlines()[0])["store_info"]["document_count"] == 5000
+
+
+async def test_meta_sections_show_open_loops_and_learnings(client, tenant) -> None:
+    await _put(client, tenant, id="plan", content="The plan for the release.")
+    await _put(client, tenant, id="promise", content="I will send the draft on Friday.",
+               tags={"act": "commitment", "status": "open"})  # fmt: skip
+    await _put(client, tenant, id="ask", content="Please review the draft.",
+               tags={"act": "request", "status": "open"})  # fmt: skip
+    await _put(client, tenant, id="done", content="Sent the slides.",
+               tags={"act": "commitment", "status": "fulfilled"})  # fmt: skip
+    await _put(client, tenant, id="lesson", content="Small drafts get reviewed faster.",
+               tags={"type": "learning"})  # fmt: skip
+    r = await client.get("/v1/notes/plan/context", params={"meta_limit": 5}, headers=tenant.headers)
+    meta = r.json()["meta"]
+    assert sorted(n["id"] for n in meta["todo"]) == ["ask", "promise"]
+    assert [n["id"] for n in meta["learnings"]] == ["lesson"]
+    assert all(set(n) == {"id", "summary"} for section in meta.values() for n in section)
+    r = await client.post(
+        "/v1/flow", json={"state": "get", "params": {"item_id": "plan"}}, headers=tenant.headers
+    )
+    flow_meta = r.json()["bindings"]["meta"]
+    assert flow_meta["count"] == 3 and set(flow_meta["sections"]) == {"todo", "learnings"}

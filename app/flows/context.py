@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import NotEmbeddedYet, NotFound
+from app.flows import states
 from app.flows.states import FlowContext
 from app.graph import service as graph
 from app.notes import service as notes
@@ -93,6 +94,13 @@ async def item_context(ctx: FlowContext, raw_id: str, q: ContextQuery) -> dict[s
                 nxt.append(
                     {"offset": 0, "date": current.updated_at[:10], "summary": current.summary}
                 )
+    meta: dict[str, list[dict[str, Any]]] = {}
+    if q.include_meta and q.meta_limit > 0:
+        found_meta = await states.meta_sections(ctx, note_id, min(q.meta_limit, 100))
+        meta = {
+            name: [{"id": v.id, "summary": v.summary} for v in views]
+            for name, views in found_meta.items()
+        }
     return {
         "item": {
             "id": note_id,
@@ -103,7 +111,7 @@ async def item_context(ctx: FlowContext, raw_id: str, q: ContextQuery) -> dict[s
         },
         "viewing_offset": offset,
         "similar": similar,
-        "meta": {},
+        "meta": meta,
         "edges": edges,
         "parts": parts,
         "focus_part": None,

@@ -272,13 +272,51 @@ async def get_context(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
         "item": item(found),
         "similar": results(similar),
         "parts": {k: v for k, v in results(parts).items() if k != "deep_groups"},
-        "meta": {"sections": {}, "count": 0},
+        "meta": await _meta(ctx, found.id, _int(params, "meta_limit", 3, high=100)),
         "edges": await _edges(ctx, found.id, _int(params, "edges_limit", 5, high=100)),
     }
     if query := _text(params, "query"):
         hits = await _find(ctx, search.FindInput(query=query, limit=_int(params, "limit", 10)))
         bindings["find_results"] = results([item(v, score=round(s, 4)) for v, s in hits.items])
     return Outcome(bindings=bindings)
+
+
+# keep's meta sections (the project's .meta/* notes say what they hold): open
+# loops and recorded lessons, shown beside the note in view.
+META_SECTIONS: dict[str, list[dict[str, str]]] = {
+    "todo": [{"act": "commitment", "status": "open"}, {"act": "request", "status": "open"}],
+    "learnings": [{"type": "learning"}],
+}
+
+
+async def meta_sections(ctx: FlowContext, note_id: str, limit: int) -> dict[str, list[ItemView]]:
+    """Each meta section's notes (newest first, at most ``limit``), the note
+    in view left out; empty sections are left out."""
+    out: dict[str, list[ItemView]] = {}
+    if limit <= 0:
+        return out
+    for name, filters in META_SECTIONS.items():
+        found: dict[str, ItemView] = {}
+        for tags in filters:
+            listed = await notes.list_notes(
+                ctx.session,
+                ctx.scope,
+                query=notes.ListInput(tags=tags, limit=limit + 1),
+                limits=ctx.limits,
+            )
+            found |= {v.id: v for v in listed.items if v.id != note_id}
+        if found:
+            ordered = sorted(found.values(), key=lambda v: v.updated_at, reverse=True)
+            out[name] = ordered[:limit]
+    return out
+
+
+async def _meta(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
+    sections = {
+        name: [item(v, score=None) for v in views]
+        for name, views in (await meta_sections(ctx, note_id, limit)).items()
+    }
+    return {"sections": sections, "count": sum(len(v) for v in sections.values())}
 
 
 async def _edges(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
