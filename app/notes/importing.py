@@ -18,13 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.errors import BadRequest, PayloadTooLarge
 from app.feed import repository as feed
-from app.notes import edges, history
+from app.notes import history
 from app.notes import repository as repo
 from app.notes import tags as tagrules
 from app.notes.common import sha256_hex, tag_error, tag_words, valid_id
 from app.notes.ids import is_part_id, is_system_id
 from app.notes.views import split_system
-from app.notes.writing import enqueue_processing
+from app.notes.writing import after_insert
 from app.settings import Limits
 from app.timeutil import parse_timestamp, utcnow
 
@@ -133,23 +133,20 @@ async def _import_one(
         fts_text=summary[: limits.max_fts_chars],
         tag_text=tag_words(note_id, user),
     )
-    await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
-    result.imported += 1
-    result.versions += await _import_versions(session, scope, note_id, doc.get("versions"))
-    result.parts += await _import_parts(session, scope, note_id, doc.get("parts"))
-    if user:
-        await edges.sync_tag_edges(session, scope, note_id, user)
-    queued = await enqueue_processing(
+    queued = await after_insert(
         session,
         scope,
         note_id,
+        user,
         system_note=system_note,
         needs_summary=False,
         content_hash=content_hash,
-        existed=False,
-        graph_extraction=limits.graph_extraction,
+        limits=limits,
     )
+    result.imported += 1
     result.queued += 1 if queued else 0
+    result.versions += await _import_versions(session, scope, note_id, doc.get("versions"))
+    result.parts += await _import_parts(session, scope, note_id, doc.get("parts"))
 
 
 async def _import_versions(session: AsyncSession, scope: Scope, note_id: str, raw: Any) -> int:

@@ -209,18 +209,15 @@ async def _write(
         tag_text=tag_text,
     )
     if inserted is not None:
-        await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
-        if user_tags:
-            await edges.sync_tag_edges(session, scope, note_id, user_tags)
-        queued = await enqueue_processing(
+        queued = await after_insert(
             session,
             scope,
             note_id,
+            user_tags,
             system_note=system_note,
             needs_summary=needs_summary,
             content_hash=content_hash,
-            existed=False,
-            graph_extraction=limits.graph_extraction,
+            limits=limits,
         )
         return note_view(inserted, changed=True, pending=queued)
 
@@ -331,6 +328,34 @@ async def _put_by_uri(
     )
     view.pending = sorted({*view.pending, JobKind.FETCH.value})
     return view
+
+
+async def after_insert(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    user_tags: dict[str, Any],
+    *,
+    system_note: bool,
+    needs_summary: bool,
+    content_hash: str,
+    limits: Limits,
+) -> list[str]:
+    """What every new note gets: its change-feed entry, its tag edges and its
+    background work (returns the kinds queued)."""
+    await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+    if user_tags:
+        await edges.sync_tag_edges(session, scope, note_id, user_tags)
+    return await enqueue_processing(
+        session,
+        scope,
+        note_id,
+        system_note=system_note,
+        needs_summary=needs_summary,
+        content_hash=content_hash,
+        existed=False,
+        graph_extraction=limits.graph_extraction,
+    )
 
 
 async def enqueue_processing(
