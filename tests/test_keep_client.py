@@ -37,6 +37,18 @@ if not KEEP_PYTHON.exists():
     )
 
 
+class InProject(Tenant):
+    """The tenant, working in one project (for the jobs API and run_all)."""
+
+    def __init__(self, tenant: Tenant, slug: str) -> None:
+        super().__init__(id=tenant.id, name=tenant.name, key=tenant.key)
+        self.slug = slug
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}", "X-Project": self.slug}
+
+
 @pytest.fixture
 def keep_user(live_url: str, tmp_path: Path) -> tuple[Tenant, dict[str, str]]:
     """A new tenant and the environment a keep user would have."""
@@ -151,19 +163,32 @@ async def test_a_keep_cli_session(keep_user, tmp_path, client, make_pipeline) ->
     assert "Not found: auth" in keep(env, "get", "auth", ok=False)
 
 
-async def test_remote_keeper(keep_user) -> None:
-    _, env = keep_user
+async def test_remote_keeper(keep_user, client, make_pipeline) -> None:
+    tenant, env = keep_user
+    driver = tenant.project("driver")
+    for note_id, text in (
+        ("tokens", "Refresh tokens rotate on every use"),
+        ("rotation", "Rotating refresh tokens limits what a stolen token can do"),
+    ):
+        body = {"id": note_id, "content": text}
+        if note_id == "tokens":
+            body["tags"] = {"topic": "auth"}
+        assert (await client.post("/v1/notes", json=body, headers=driver)).status_code == 200
+    await run_all(make_pipeline(), client, InProject(tenant, "driver"))  # embedded
+
     got = drive("remote", env)
     assert got["put"]["id"] == "auth" and got["put"]["tags"]["topic"] == "auth"
     assert got["get"]["summary"] == "Use PKCE with S256 for every OAuth2 client"
     assert got["get_missing"] is None
     assert got["find_query"][0] == "auth"
-    assert got["find_tags"] == ["auth", "tokens"] and got["find_since"] == ["auth", "tokens"]
+    assert got["find_tags"] == ["auth", "tokens"]
+    assert got["find_since"] == ["auth", "rotation", "tokens"]
+    assert got["find_similar"][0] == "rotation"
     assert got["tag"]["tags"]["status"] == "open"
     assert got["now"]["summary"] == got["get_now"]["summary"] == "working on auth"
     assert got["move"]["id"] == "auth-archive" and got["move"]["tags"]["_saved_from"] == "now"
     assert got["context"] == {"item": "auth", "prev": [1]}
-    assert got["count"] == 4  # auth, tokens, now, auth-archive
+    assert got["count"] == 5  # auth, tokens, rotation, now, auth-archive
     assert got["export_header_and_ids"][0] == "header"
     assert {"auth", "tokens", "now"}.issubset(got["export_header_and_ids"])
     assert got["bundle"] == ["current_inverse", "document", "edge_tag_keys", "version_inverse"]
