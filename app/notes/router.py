@@ -11,6 +11,9 @@ from app.errors import BadRequest
 from app.notes import service
 from app.notes.schemas import (
     AnalyzeRequest,
+    BatchOut,
+    BatchRequest,
+    BatchResult,
     DeleteOut,
     MoveRequest,
     NoteList,
@@ -26,6 +29,19 @@ from app.wire import MAX_OFFSET, api_router
 router = api_router(prefix="/v1", tags=["notes"])
 
 
+def _put_input(body: PutRequest) -> service.PutInput:
+    return service.PutInput(
+        content=body.content,
+        uri=body.uri,
+        id=body.id,
+        summary=body.summary,
+        tags=body.tags,
+        created_at=body.created_at,
+        force=body.force,
+        analyze=body.analyze,
+    )
+
+
 @router.post("/notes", response_model=NoteOut, summary="Put a note")
 async def put_note(
     body: PutRequest, scope: WriteScope, session: SessionDep, limits: LimitsDep
@@ -33,22 +49,32 @@ async def put_note(
     """Create or update a note. A content change archives the previous version;
     the same content with new tags updates in place. Long content gets a
     placeholder summary until it is summarised in the background."""
-    view = await service.put(
-        session,
-        scope,
-        data=service.PutInput(
-            content=body.content,
-            uri=body.uri,
-            id=body.id,
-            summary=body.summary,
-            tags=body.tags,
-            created_at=body.created_at,
-            force=body.force,
-            analyze=body.analyze,
-        ),
-        limits=limits,
-    )
+    view = await service.put(session, scope, data=_put_input(body), limits=limits)
     return NoteOut.of(view)
+
+
+@router.post("/notes/batch", response_model=BatchOut, summary="Put up to 100 notes")
+async def put_notes(
+    body: BatchRequest, scope: WriteScope, session: SessionDep, limits: LimitsDep
+) -> BatchOut:
+    """Several puts in one request and one transaction, for imports and agents
+    that log many turns. Each note is stored or refused on its own: the
+    results say which, in the order sent, with the error a single put would
+    have given."""
+    done = await service.put_many(
+        session, scope, items=[_put_input(n) for n in body.notes], limits=limits
+    )
+    results = [
+        BatchResult(
+            status=item.status,
+            note=NoteOut.of(item.view) if item.view else None,
+            error=item.error,
+            code=item.code,
+        )
+        for item in done
+    ]
+    stored = sum(1 for item in done if item.view is not None)
+    return BatchOut(results=results, stored=stored, failed=len(done) - stored)
 
 
 def _tag_params(raw: list[str]) -> dict[str, list[str]]:

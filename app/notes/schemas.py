@@ -111,3 +111,25 @@ class AnalyzeRequest(BaseModel):
         default=None,
         description="The note's text; needed once keepmem no longer holds it.",
     )
+
+
+class BatchRequest(BaseModel):
+    notes: list[PutRequest] = Field(
+        min_length=1,
+        max_length=100,
+        description="Up to 100 notes, stored in one transaction (one request against the "
+        "rate limit).",
+    )
+
+
+class BatchResult(BaseModel):
+    status: int = Field(description="200, or the status this note alone would have had.")
+    note: NoteOut | None = None
+    error: str | None = None
+    code: str | None = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchResult] = Field(description="One per note, in the order sent.")
+    stored: int
+    failed: int

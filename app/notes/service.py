@@ -14,8 +14,11 @@ from app.notes.common import PENDING_TAG, valid_id
 from app.notes.history import DeleteResult, VersionEntry, delete, move, versions
 from app.notes.reading import ListInput, ListResult, count, get, list_notes, parts
 from app.notes.writing import (
+    MAX_BATCH,
+    BatchItem,
     PutInput,
     put,
+    put_many,
     request_analysis,
     seed_system_docs,
     tag,
@@ -23,7 +26,9 @@ from app.notes.writing import (
 from app.settings import Limits
 
 __all__ = [
+    "MAX_BATCH",
     "PENDING_TAG",
+    "BatchItem",
     "DeleteResult",
     "Limits",
     "ListInput",
@@ -37,6 +42,7 @@ __all__ = [
     "move",
     "parts",
     "put",
+    "put_many",
     "request_analysis",
     "seed_system_docs",
     "tag",

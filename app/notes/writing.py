@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
+from app.errors import AppError, BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
 from app.feed import repository as feed
 from app.ingest import sanitize
 from app.ingest import service as ingest
@@ -535,3 +535,34 @@ async def request_analysis(
     )
     open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
     return note_view(note, pending=open_jobs.get(note_id, []))
+
+
+MAX_BATCH = 100
+
+
+@dataclass(slots=True)
+class BatchItem:
+    """One note of a batch: the note, or why it was refused."""
+
+    view: ItemView | None = None
+    error: str | None = None
+    code: str | None = None
+    status: int = 200
+
+
+async def put_many(
+    session: AsyncSession, scope: Scope, *, items: Sequence[PutInput], limits: Limits
+) -> list[BatchItem]:
+    """Several puts in one transaction, each in a savepoint of its own: a
+    refused note (bad id, tags, size) is reported in its place and the others
+    are stored."""
+    if not 1 <= len(items) <= MAX_BATCH:
+        raise BadRequest(f"a batch holds 1 to {MAX_BATCH} notes, not {len(items)}")
+    out: list[BatchItem] = []
+    for data in items:
+        try:
+            async with session.begin_nested():
+                out.append(BatchItem(view=await put(session, scope, data=data, limits=limits)))
+        except AppError as exc:
+            out.append(BatchItem(error=exc.message, code=exc.code, status=exc.status_code))
+    return out
