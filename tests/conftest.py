@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from app import migrate
@@ -87,8 +88,14 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 @pytest.fixture(scope="session")
-async def app_client(settings: Settings, db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, db=db)
+def asgi_app(settings: Settings, db: Database) -> FastAPI:
+    """The app the in-process clients talk to (its lifespan runs in app_client)."""
+    return create_app(settings, db=db)
+
+
+@pytest.fixture(scope="session")
+async def app_client(asgi_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    app = asgi_app
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://keepmem.test") as c:

@@ -1,0 +1,170 @@
+"""Every API call, described once (``Call``); ``Keepmem`` and
+``AsyncKeepmem`` send them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keepmem_client import _models as m
+from keepmem_client._base import Call, clean, note_path
+
+Tags = Mapping[str, str | Sequence[str]]
+
+FIND_FIELDS = (
+    "query", "similar_to", "tags", "since", "until", "scope", "limit", "include_self",
+    "include_hidden", "include_parts", "include_versions", "bias", "stages",
+    "half_life_days", "deep", "deep_follow_depth",
+)  # fmt: skip
+
+
+def put(
+    content: str | None = None,
+    *,
+    id: str | None = None,
+    uri: str | None = None,
+    summary: str | None = None,
+    tags: Tags | None = None,
+    created_at: str | None = None,
+    force: bool | None = None,
+    analyze: bool | None = None,
+) -> Call[m.Note]:
+    body = clean(
+        {"content": content, "id": id, "uri": uri, "summary": summary, "tags": tags,
+         "created_at": created_at, "force": force, "analyze": analyze}
+    )  # fmt: skip
+    return Call("POST", "/v1/notes", m.Note.model_validate, json=body)
+
+
+def put_many(notes: Sequence[Mapping[str, Any]]) -> Call[m.BatchOut]:
+    return Call("POST", "/v1/notes/batch", m.BatchOut.model_validate, json={"notes": list(notes)})
+
+
+def upload(
+    file: Any, *, filename: str, id: str | None = None, tags: Tags | None = None
+) -> Call[m.Note]:
+    import json
+
+    data = clean({"id": id, "tags": json.dumps(dict(tags)) if tags else None})
+    return Call(
+        "POST", "/v1/upload", m.Note.model_validate, files={"file": (filename, file)}, data=data
+    )
+
+
+def get(note_id: str) -> Call[m.Note]:
+    return Call("GET", note_path(note_id), m.Note.model_validate, idempotent=True)
+
+
+def find(**params: Any) -> Call[m.SearchResult]:
+    body = clean({k: params.get(k) for k in FIND_FIELDS})
+    return Call("POST", "/v1/search", m.SearchResult.model_validate, json=body, idempotent=True)
+
+
+def find_compact(token_budget: int | None = None, **params: Any) -> Call[m.CompactResult]:
+    body = clean({k: params.get(k) for k in FIND_FIELDS}) | clean({"token_budget": token_budget})
+    return Call(
+        "POST", "/v1/search/compact", m.CompactResult.model_validate, json=body, idempotent=True
+    )
+
+
+def timeline(
+    note_id: str, *, before: int = 5, after: int = 5, token_budget: int | None = None
+) -> Call[dict[str, Any]]:
+    params = clean({"before": before, "after": after, "token_budget": token_budget})
+    return Call("GET", note_path(note_id, "/timeline"), dict, params=params, idempotent=True)
+
+
+def detail(note_id: str, *, token_budget: int | None = None) -> Call[dict[str, Any]]:
+    params = clean({"token_budget": token_budget})
+    return Call("GET", note_path(note_id, "/detail"), dict, params=params, idempotent=True)
+
+
+def list_page(
+    *,
+    prefix: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    tag_keys: Sequence[str] | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    order_by: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+    include_hidden: bool | None = None,
+) -> Call[m.NotePage]:
+    params: dict[str, Any] = clean(
+        {"prefix": prefix, "since": since, "until": until, "order_by": order_by, "limit": limit,
+         "cursor": cursor, "include_hidden": include_hidden}
+    )  # fmt: skip
+    if tags:
+        params["tag"] = [f"{k}={v}" for k, v in tags.items()]
+    if tag_keys:
+        params["tag_key"] = list(tag_keys)
+    return Call("GET", "/v1/notes", m.NotePage.model_validate, params=params, idempotent=True)
+
+
+def tag(
+    note_id: str,
+    set: Tags | None = None,
+    *,
+    remove: Sequence[str] | None = None,
+    remove_values: Tags | None = None,
+) -> Call[m.Note]:
+    body = clean({"set": set, "remove": remove, "remove_values": remove_values})
+    return Call("PATCH", note_path(note_id, "/tags"), m.Note.model_validate, json=body)
+
+
+def delete(note_id: str, *, delete_versions: bool = True) -> Call[m.Deleted]:
+    params = {"delete_versions": "true" if delete_versions else "false"}
+    return Call("DELETE", note_path(note_id), m.Deleted.model_validate, params=params)
+
+
+def move(
+    name: str, *, source: str = "now", tags: Tags | None = None, only_current: bool = False
+) -> Call[m.Note]:
+    body = clean({"name": name, "source": source, "tags": tags, "only_current": only_current})
+    return Call("POST", "/v1/move", m.Note.model_validate, json=body)
+
+
+def versions(note_id: str, *, limit: int = 10, offset: int = 0) -> Call[m.VersionList]:
+    params = {"limit": limit, "offset": offset}
+    return Call(
+        "GET", note_path(note_id, "/versions"), m.VersionList.model_validate, params=params,
+        idempotent=True,
+    )  # fmt: skip
+
+
+def parts(note_id: str) -> Call[list[m.Note]]:
+    def read(body: Any) -> list[m.Note]:
+        return [m.Note.model_validate(p) for p in body["parts"]]
+
+    return Call("GET", note_path(note_id, "/parts"), read, idempotent=True)
+
+
+def jobs(
+    *, status: str | None = None, kind: str | None = None, note_id: str | None = None,
+    limit: int = 50, before: str | None = None,
+) -> Call[m.JobPage]:  # fmt: skip
+    params = clean({"status": status, "kind": kind, "note_id": note_id, "limit": limit,
+                    "before": before})  # fmt: skip
+    return Call("GET", "/v1/jobs", m.JobPage.model_validate, params=params, idempotent=True)
+
+
+def entities(*, name: str | None = None, kind: str | None = None, limit: int = 50) -> Call[Any]:
+    params = clean({"name": name, "kind": kind, "limit": limit})
+    return Call("GET", "/v1/entities", lambda b: b["entities"], params=params, idempotent=True)
+
+
+def walk(
+    *, note: str | None = None, entity: str | None = None, depth: int = 2, limit: int = 200
+) -> Call[dict[str, Any]]:
+    params = clean({"note": note, "entity": entity, "depth": depth, "limit": limit})
+    return Call("GET", "/v1/graph/walk", dict, params=params, idempotent=True)
+
+
+def import_(documents: Sequence[Mapping[str, Any]], *, mode: str = "merge") -> Call[m.ImportResult]:
+    body = {"format": "keep-export", "version": 3, "mode": mode, "documents": list(documents)}
+    return Call("POST", "/v1/import", m.ImportResult.model_validate, json=body)
+
+
+def health() -> Call[dict[str, Any]]:
+    return Call("GET", "/v1/health", dict, idempotent=True)

@@ -1,0 +1,126 @@
+"""Typed answers of the keepmem API (unknown fields are kept, never an error:
+a newer server may send more)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Note(_Model):
+    id: str
+    summary: str
+    tags: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+    changed: bool | None = None
+    pending: list[str] = Field(default_factory=list)
+
+
+class ScoredNote(Note):
+    score: float
+
+
+class NotePage(_Model):
+    notes: list[Note]
+    count: int
+    next_cursor: str | None = None
+
+
+class DeepGroup(_Model):
+    id: str
+    items: list[ScoredNote]
+
+
+class SearchResult(_Model):
+    notes: list[ScoredNote]
+    deep_groups: list[DeepGroup] = Field(default_factory=list)
+    mode: str
+    pending_embedding: int = 0
+
+
+class CompactLine(_Model):
+    id: str
+    summary: str
+    date: str
+    score: float | None = None
+
+
+class CompactResult(_Model):
+    results: list[CompactLine]
+    mode: str
+    pending_embedding: int = 0
+    tokens: int
+    truncated: bool
+
+
+class Version(_Model):
+    offset: int
+    summary: str
+    date: str
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+
+class VersionList(_Model):
+    versions: list[Version]
+    count: int
+
+
+class Deleted(_Model):
+    deleted: str | bool
+    reverted: bool = False
+    note: Note | None = None
+
+
+class Job(_Model):
+    id: str
+    kind: str
+    note_id: str | None = None
+    status: str
+    attempts: int = 0
+    last_error: str | None = None
+
+
+class JobPage(_Model):
+    jobs: list[Job]
+    next_before: str | None = None
+
+
+class BatchResult(_Model):
+    status: int
+    note: Note | None = None
+    error: str | None = None
+    code: str | None = None
+
+
+class BatchOut(_Model):
+    results: list[BatchResult]
+    stored: int
+    failed: int
+
+
+class ImportResult(_Model):
+    imported: int
+    versions: int
+    parts: int
+    skipped: int
+    queued: int
+
+
+class Key(_Model):
+    id: str
+    name: str
+    prefix: str
+    scopes: list[str]
+    revoked_at: str | None = None
+    key: str | None = Field(default=None, description="The full key: only when just created.")
+
+
+class Tenant(_Model):
+    id: str
+    name: str

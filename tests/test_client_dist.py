@@ -1,0 +1,48 @@
+"""The client distribution on its own: installed into a fresh virtualenv
+(httpx and pydantic only, no server), running its README's examples against
+a live keepmem."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "client"
+
+
+def test_client_installs_alone_and_its_readme_runs(tmp_path: Path, live_url, tenant) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(CLIENT)], check=True, timeout=600
+    )
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True, text=True, check=True,
+    ).stdout.lower()  # fmt: skip
+    for server_only in ("fastapi", "sqlalchemy", "asyncpg", "keepmem==", "uvicorn"):
+        assert server_only not in installed, server_only
+    readme = (CLIENT / "README.md").read_text()
+    examples = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert len(examples) == 2
+    env = {"KEEPMEM_URL": live_url, "KEEPMEM_API_KEY": tenant.key, "KEEPMEM_PROJECT": "readme",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    for i, code in enumerate(examples):
+        out = subprocess.run(
+            [str(python), "-c", code], env=env, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, (i, out.stderr[-2000:])
+        if i == 0:
+            lines = out.stdout.splitlines()
+            assert lines[0] == "Use PKCE with S256 for every client"
+            assert lines[1] == "OAuth2 uses PKCE for public clients"
+            assert "20" in lines and "404 note_not_found" in lines
+        else:
+            assert "Tides turn every six hours" in out.stdout
+    assert sys.executable != str(python)
