@@ -183,3 +183,22 @@ def test_connection_failures_and_timeouts_are_their_own_errors(monkeypatch) -> N
     with _sdk(script, retries=0) as km, pytest.raises(Exception) as proxy:
         km.get("n")
     assert getattr(proxy.value, "status", None) == 502
+
+
+def test_admin_client_manages_tenants_and_keys(live_url) -> None:
+    from keepmem_client.admin import Admin
+
+    from tests.conftest import ADMIN_TOKEN
+
+    with Admin(live_url, ADMIN_TOKEN) as admin:
+        made = admin.create_tenant("sdk-admin-tenant")
+        assert made.api_key.key and made.api_key.key.startswith("km_")
+        key = admin.create_key(made.tenant.id, name="ci", scopes=["read"])
+        assert key.scopes == ["read"] and key.key
+        assert {k.name for k in admin.keys(made.tenant.id)} == {"initial", "ci"}
+        assert admin.revoke_key(made.tenant.id, key.id).revoked_at is not None
+        assert made.tenant.id in {t.id for t in admin.tenants()}
+        with Keepmem(live_url, made.api_key.key) as km:
+            assert km.put("hello").id.startswith("%")
+    with Admin(live_url, "wrong") as admin, pytest.raises(AuthenticationError):
+        admin.tenants()

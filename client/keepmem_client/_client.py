@@ -9,14 +9,14 @@ import builtins
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
 from keepmem_client import _calls as calls
 from keepmem_client import _models as m
 from keepmem_client._base import Call, Config, backoff, raise_for, should_retry
-from keepmem_client._errors import APIConnectionError, APITimeoutError
+from keepmem_client._errors import APIConnectionError, APIError, APITimeoutError
 
 T = TypeVar("T")
 
@@ -27,18 +27,8 @@ def _send_error(exc: httpx.TransportError) -> APIConnectionError:
     return APIConnectionError(f"cannot reach keepmem: {exc}")
 
 
-class Keepmem:
-    """A keepmem client.
-
-        with Keepmem() as km:                      # KEEPMEM_URL, KEEPMEM_API_KEY
-            km.put("OAuth2 uses PKCE", id="auth", tags={"topic": "auth"})
-            for hit in km.find("PKCE").notes:
-                print(hit.id, hit.score)
-
-    Reads and other calls that are safe to repeat are retried on connection
-    errors, 429 (after ``Retry-After``) and 5xx, ``max_retries`` times with
-    exponential backoff and jitter; writes are never repeated.
-    """
+class SyncBase:
+    """The HTTP side of a sync client: configuration, lifecycle, retries."""
 
     def __init__(
         self,
@@ -59,7 +49,7 @@ class Keepmem:
             transport=transport,
         )
 
-    def __enter__(self) -> Keepmem:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -78,7 +68,7 @@ class Keepmem:
                 )  # fmt: skip
                 raise_for(response)
                 return call.parse(response.json() if response.content else {})
-            except (httpx.TransportError, Exception) as exc:
+            except (httpx.TransportError, APIError) as exc:
                 attempt += 1
                 if attempt > self.config.max_retries or not should_retry(exc, call):
                     if isinstance(exc, httpx.TransportError):
@@ -86,7 +76,19 @@ class Keepmem:
                     raise
                 time.sleep(backoff(attempt, exc))
 
-    # -- notes ---------------------------------------------------------------------
+
+class Keepmem(SyncBase):
+    """A keepmem client.
+
+        with Keepmem() as km:                      # KEEPMEM_URL, KEEPMEM_API_KEY
+            km.put("OAuth2 uses PKCE", id="auth", tags={"topic": "auth"})
+            for hit in km.find("PKCE").notes:
+                print(hit.id, hit.score)
+
+    Reads and other calls that are safe to repeat are retried on connection
+    errors, 429 (after ``Retry-After``) and 5xx, ``max_retries`` times with
+    exponential backoff and jitter; writes are never repeated.
+    """
 
     def put(self, content: str | None = None, **kwargs: Any) -> m.Note:
         """Create or update a note (``id``, ``uri``, ``summary``, ``tags``,
@@ -225,7 +227,7 @@ class AsyncKeepmem:
                 )  # fmt: skip
                 raise_for(response)
                 return call.parse(response.json() if response.content else {})
-            except (httpx.TransportError, Exception) as exc:
+            except (httpx.TransportError, APIError) as exc:
                 attempt += 1
                 if attempt > self.config.max_retries or not should_retry(exc, call):
                     if isinstance(exc, httpx.TransportError):

@@ -124,3 +124,8 @@ class Key(_Model):
 class Tenant(_Model):
     id: str
     name: str
+
+
+class NewTenant(_Model):
+    tenant: Tenant
+    api_key: Key
