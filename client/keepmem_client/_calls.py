@@ -168,3 +168,9 @@ def import_(documents: Sequence[Mapping[str, Any]], *, mode: str = "merge") -> C
 
 def health() -> Call[dict[str, Any]]:
     return Call("GET", "/v1/health", dict, idempotent=True)
+
+
+def flow(state: str, params: Mapping[str, Any] | None = None, **extra: Any) -> Call[dict[str, Any]]:
+    """keep's flow endpoint (``POST /v1/flow``): a named state, its params."""
+    body = {"state": state, "params": dict(params or {}), **clean(extra)}
+    return Call("POST", "/v1/flow", dict, json=body)

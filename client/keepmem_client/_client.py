@@ -184,6 +184,12 @@ class Keepmem(SyncBase):
     def health(self) -> dict[str, Any]:
         return self._run(calls.health())
 
+    def flow(
+        self, state: str, params: Mapping[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """Run a keep flow state (``put``, ``query-resolve``, ``prompt`` ...)."""
+        return self._run(calls.flow(state, params, **extra))
+
 
 class AsyncKeepmem:
     """``Keepmem`` for asyncio: the same methods, awaited (``list`` and
@@ -320,3 +326,8 @@ class AsyncKeepmem:
 
     async def health(self) -> dict[str, Any]:
         return await self._run(calls.health())
+
+    async def flow(
+        self, state: str, params: Mapping[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        return await self._run(calls.flow(state, params, **extra))

@@ -1,0 +1,142 @@
+"""``keepmem-mcp``: an MCP server on stdio that gives an agent its keepmem
+memory (extra ``[mcp]``, built on the official ``mcp`` SDK).
+
+    KEEPMEM_URL=... KEEPMEM_API_KEY=... keepmem-mcp      # or --url / --api-key / --project
+
+Tools: remember, recall, get, context, timeline, tag, forget, versions.
+Prompts: the project's prompt notes (``.prompt/agent/*``), rendered by
+keepmem. Resources: ``keepmem://now`` and ``keepmem://{id}``. A failed call
+is an MCP tool error carrying keepmem's message, never a result that looks
+like success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from keepmem_client._client import AsyncKeepmem
+from keepmem_client._errors import AuthenticationError, KeepmemError
+
+INSTRUCTIONS = (
+    "keepmem is your long-term memory. remember what is worth keeping (with tags), "
+    "recall by meaning before answering, get or context for one note, tag to file, "
+    "forget what is wrong. Notes keep their history (versions)."
+)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str)
+
+
+def build(km: AsyncKeepmem, prompts: list[dict[str, Any]]) -> Any:
+    """The MCP server for one keepmem client; ``prompts`` as the project lists them."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer("keepmem", instructions=INSTRUCTIONS)
+
+    async def call(coro: Any) -> str:
+        try:
+            return _text(await coro)
+        except KeepmemError as exc:  # a tool error the agent sees, with keepmem's reason
+            raise ToolError(str(exc)) from exc
+
+    @server.tool(description="Store a note (a new version if the id exists). Returns it.")
+    async def remember(
+        content: str, id: str | None = None, tags: dict[str, str] | None = None
+    ) -> str:
+        return await call(_dump(km.put(content, id=id, tags=tags)))
+
+    @server.tool(description="Find notes by meaning and words; filters: tags, since (P7D).")
+    async def recall(
+        query: str, limit: int = 10, tags: dict[str, str] | None = None, since: str | None = None
+    ) -> str:
+        async def found() -> Any:
+            result = await km.find_compact(query, limit=limit, tags=tags, since=since)
+            return result.model_dump()
+
+        return await call(found())
+
+    @server.tool(description="One note by id (ID@V{N}: an earlier version; ID@P{N}: a part).")
+    async def get(id: str) -> str:
+        return await call(_dump(km.get(id)))
+
+    @server.tool(description="A note in full with its parts and history, within token_budget.")
+    async def context(id: str, token_budget: int | None = None) -> str:
+        return await call(km.detail(id, token_budget=token_budget))
+
+    @server.tool(description="What came before and after a note in time.")
+    async def timeline(id: str, before: int = 5, after: int = 5) -> str:
+        return await call(km.timeline(id, before=before, after=after))
+
+    @server.tool(description='Add tags to a note ({"key": "value"}; "" removes a key).')
+    async def tag(id: str, tags: dict[str, str]) -> str:
+        return await call(_dump(km.tag(id, tags)))
+
+    @server.tool(description="Delete a note and its history.")
+    async def forget(id: str) -> str:
+        return await call(_dump(km.delete(id)))
+
+    @server.tool(description="A note's earlier versions, newest first.")
+    async def versions(id: str, limit: int = 10) -> str:
+        return await call(_dump(km.versions(id, limit=limit)))
+
+    @server.resource("keepmem://now", name="now", mime_type="application/json")
+    async def now() -> str:
+        return await call(_dump(km.now()))
+
+    @server.resource("keepmem://{id}", name="note", mime_type="application/json")
+    async def note(id: str) -> str:
+        return await call(_dump(km.get(id)))
+
+    for entry in prompts:
+        _add_prompt(server, km, entry)
+    return server
+
+
+async def _dump(coro: Any) -> Any:
+    value = await coro
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+def _add_prompt(server: Any, km: AsyncKeepmem, entry: dict[str, Any]) -> None:
+    name = str(entry["name"])
+
+    async def render(text: str = "", id: str = "", since: str = "") -> str:
+        params = {"name": name, "text": text, "id": id or None, "since": since or None}
+        result = await km.flow("prompt", params)
+        if result.get("status") != "done":
+            raise ValueError((result.get("data") or {}).get("error") or "prompt failed")
+        return str(result["data"]["text"])
+
+    server.prompt(name=name, description=str(entry.get("summary") or name))(render)
+
+
+async def serve(km: AsyncKeepmem) -> None:
+    try:
+        listed = await km.flow("prompt", {"list": True})
+    except AuthenticationError as exc:
+        raise SystemExit(f"keepmem-mcp: the API key was refused: {exc.message}") from exc
+    server = build(km, list((listed.get("data") or {}).get("prompts") or []))
+    await server.run_stdio_async()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="keepmem-mcp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="keepmem URL (default KEEPMEM_URL)")
+    parser.add_argument("--api-key", help="API key (default KEEPMEM_API_KEY)")
+    parser.add_argument("--project", help="project (default KEEPMEM_PROJECT)")
+    args = parser.parse_args(argv)
+
+    async def run() -> None:
+        async with AsyncKeepmem(args.url, args.api_key, project=args.project) as km:
+            await serve(km)
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
