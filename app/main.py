@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from app import __version__, docs
 from app.admin.router import router as admin_router
@@ -27,6 +28,8 @@ from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
 from app.jobs.router import router as jobs_router
 from app.logs import log_failure
+from app.mcp_endpoint import PATH as MCP_PATH
+from app.mcp_endpoint import McpEndpoint
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
 from app.providers.embedding.base import QueryCache
@@ -83,7 +86,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         app.state.query_cache = QueryCache()
         app.state.caches = RequestCaches()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await app.state.embedder.aclose()
             if app.state.redis is not None:
@@ -103,6 +107,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     )
     docs.mount(app)
     app.state.settings = settings
+    # MCP for remote agents (streamable HTTP), beside the REST routes.
+    mcp = McpEndpoint(app)
+    app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
 
     @app.exception_handler(AppError)
     async def app_error(_: Request, exc: AppError) -> JSONResponse:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from keepmem_client._client import AsyncKeepmem
@@ -31,8 +32,10 @@ def _text(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-def build(km: AsyncKeepmem, prompts: list[dict[str, Any]]) -> Any:
-    """The MCP server for one keepmem client; ``prompts`` as the project lists them."""
+def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[str, Any]]) -> Any:
+    """The MCP server over a keepmem client (or a function giving the client
+    of the request being served); ``prompts`` as the project lists them."""
+    km = _Lazy(client)
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -97,12 +100,23 @@ def build(km: AsyncKeepmem, prompts: list[dict[str, Any]]) -> Any:
     return server
 
 
+class _Lazy:
+    """The client to use, now: a fixed one (stdio) or the current request's (HTTP)."""
+
+    def __init__(self, client: AsyncKeepmem | Callable[[], AsyncKeepmem]) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        client = self._client if isinstance(self._client, AsyncKeepmem) else self._client()
+        return getattr(client, name)
+
+
 async def _dump(coro: Any) -> Any:
     value = await coro
     return value.model_dump() if hasattr(value, "model_dump") else value
 
 
-def _add_prompt(server: Any, km: AsyncKeepmem, entry: dict[str, Any]) -> None:
+def _add_prompt(server: Any, km: Any, entry: dict[str, Any]) -> None:
     name = str(entry["name"])
 
     async def render(text: str = "", id: str = "", since: str = "") -> str:

@@ -1,0 +1,108 @@
+"""MCP served by keepmem itself at ``/mcp`` (streamable HTTP, stateless): the
+same tools, prompts and resources as ``keepmem-mcp``, so a remote agent needs
+no local proxy.
+
+Authentication is the tenant's API key as a bearer token (``X-Project``
+chooses the project). The tools are keepmem-client's, run against this very
+app in process (``httpx.ASGITransport``) with the caller's key, so they go
+through the same routes, rules, rate limit and error codes as any client.
+Needs the ``keepmem-client[mcp]`` distribution (``make install`` puts it in);
+without it ``/mcp`` answers 503 and says so.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app import tenancy
+from app.auth import service as auth_service
+from app.errors import NotConfigured, Unauthorized
+from app.middleware import send_error
+
+log = logging.getLogger("keepmem.mcp")
+
+PATH = "/mcp"
+# Prompts every project is seeded with (app/notes/system_docs.py).
+PROMPTS = [
+    {"name": "reflect", "summary": "Reflect on current actions, commitments, and intentions."},
+    {"name": "query", "summary": "Answer a question from memory."},
+    {"name": "session-start", "summary": "Pick up where the last session left off."},
+]
+
+_client: contextvars.ContextVar[Any] = contextvars.ContextVar("keepmem_mcp_client")
+
+
+class McpEndpoint:
+    """The ``/mcp`` ASGI endpoint: checks the key, then hands the request to
+    the MCP session manager with a client bound to that key."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.manager: Any = None
+        try:
+            from keepmem_client.mcp_proxy import build
+        except ImportError:  # the client distribution is not installed
+            log.warning("keepmem-client[mcp] is not installed: /mcp is off")
+            return
+        server = build(lambda: _client.get(), PROMPTS)
+        server.streamable_http_app(stateless_http=True, json_response=True)
+        self.manager = server.session_manager
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        if self.manager is None:
+            yield
+            return
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id = scope.get("state", {}).get("request_id", "")
+        if self.manager is None:
+            error = NotConfigured("MCP is not available here: install keepmem-client[mcp]")
+            await send_error(send, error.status_code, error.code, error.message, request_id)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        presented = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        try:
+            await self._check(scope, presented)
+        except Unauthorized as exc:
+            await send_error(
+                send, 401, exc.code, exc.message, request_id,
+                headers=[(b"www-authenticate", b"Bearer")],
+            )  # fmt: skip
+            return
+        import httpx
+        from keepmem_client import AsyncKeepmem
+
+        client = AsyncKeepmem(
+            "http://keepmem.internal",
+            presented,
+            project=headers.get("x-project"),
+            max_retries=0,
+            transport=httpx.ASGITransport(app=self.app),
+        )
+        token = _client.set(client)
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        finally:
+            _client.reset(token)
+            await client.aclose()
+
+    async def _check(self, scope: Scope, presented: str) -> None:
+        if not presented:
+            raise Unauthorized("missing credentials: send 'Authorization: Bearer <key>'")
+        app_state = scope["app"].state
+        secret = app_state.settings.secret_key
+        if secret is None:
+            raise Unauthorized("server secret is not configured")
+        async with tenancy.system_transaction(app_state.db) as session:
+            await auth_service.authenticate(
+                session, presented=presented, server_secret=secret.get_secret_value()
+            )
