@@ -60,17 +60,24 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 def _methods_for(app: FastAPI, request: Request) -> list[str]:
     """The methods the OpenAPI document lists for the request's path (for
-    the ``Allow`` header of a 405: Starlette names only the first match)."""
-    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(app.state, "allow", None)
+    the ``Allow`` header of a 405: Starlette names only the first match). As
+    in OpenAPI, a concrete path wins over a templated one (``/v1/notes/batch``
+    over ``/v1/notes/{note_id}``)."""
+    table: list[tuple[re.Pattern[str], int, list[str]]] | None = getattr(app.state, "allow", None)
     if table is None:
         table = []
         for template, operations in app.openapi().get("paths", {}).items():
             pattern = re.sub(r"\\\{[^}:]+:path\\\}", ".+", re.escape(template))
             pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
-            table.append((re.compile(f"^{pattern}$"), sorted(m.upper() for m in operations)))
+            methods = sorted(m.upper() for m in operations)
+            table.append((re.compile(f"^{pattern}$"), template.count("{"), methods))
         app.state.allow = table
     path = request.scope.get("path", "")
-    return sorted({m for regex, methods in table if regex.match(path) for m in methods})
+    matches = [(params, methods) for regex, params, methods in table if regex.match(path)]
+    if not matches:
+        return []
+    fewest = min(params for params, _ in matches)
+    return sorted({m for params, methods in matches if params == fewest for m in methods})
 
 
 def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:

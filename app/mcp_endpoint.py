@@ -12,6 +12,7 @@ without it ``/mcp`` answers 503 and says so.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator
@@ -50,17 +51,42 @@ class McpEndpoint:
         except ImportError:  # the client distribution is not installed
             log.warning("keepmem-client[mcp] is not installed: /mcp is off")
             return
+        # The mcp SDK configures the root logger when a server is made; the
+        # service's logging is its own, so it is put back as it was.
+        root = logging.getLogger()
+        level, handlers = root.level, list(root.handlers)
         server = build(lambda: _client.get(), PROMPTS)
+        root.setLevel(level)
+        root.handlers[:] = handlers
         server.streamable_http_app(stateless_http=True, json_response=True)
         self.manager = server.session_manager
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        """The session manager runs for the app's lifetime, in a task of its
+        own (its task group is entered and left in that one task, whichever
+        task starts and stops the app)."""
         if self.manager is None:
             yield
             return
-        async with self.manager.run():
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def serve() -> None:
+            async with self.manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(serve())
+        waiting = asyncio.create_task(started.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if task.done():  # it failed to start: say why
+            task.result()
+        try:
             yield
+        finally:
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id = scope.get("state", {}).get("request_id", "")

@@ -122,3 +122,9 @@ async def test_405_lists_every_method_of_the_path(client, tenant) -> None:
     assert r.headers["allow"] == "GET, POST"
     r = await client.put("/v1/notes/x", headers=tenant.headers)
     assert r.headers["allow"] == "DELETE, GET"
+
+
+async def test_405_allow_prefers_the_concrete_path(client, tenant) -> None:
+    """/v1/notes/batch is its own path (POST), not a note id under /v1/notes/{id}."""
+    r = await client.request("TRACE", "/v1/notes/batch", headers=tenant.headers)
+    assert r.headers["allow"] == "POST"

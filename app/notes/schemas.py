@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.notes.views import ItemView
 
@@ -32,10 +32,10 @@ class PutRequest(BaseModel):
         'list of values; `""` removes a key; `_` keys are ignored.',
     )
     created_at: str | None = Field(default=None, description="ISO-8601 creation time override.")
-    force: bool = Field(
+    force: StrictBool = Field(
         default=False, description="Re-run processing even if content is unchanged."
     )
-    analyze: bool = Field(default=False, description="Also split the note into parts.")
+    analyze: StrictBool = Field(default=False, description="Also split the note into parts.")
 
 
 class NoteOut(BaseModel):
@@ -86,7 +86,7 @@ class MoveRequest(BaseModel):
     name: str = Field(description="Target note id; created, or extended with history.")
     source: str = Field(default="now", description="Note to extract versions from.")
     tags: TagInput | None = Field(default=None, description="Only versions holding these tags.")
-    only_current: bool = Field(default=False, description="Only the current version.")
+    only_current: StrictBool = Field(default=False, description="Only the current version.")
 
 
 class VersionOut(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -47,10 +47,10 @@ class SearchRequest(BaseModel):
         default=None, max_length=MAX_ID_LENGTH, description="Id glob the results must match."
     )
     limit: int = Field(default=10, ge=1, le=100)
-    include_self: bool = Field(default=False, description="With similar_to: keep the anchor.")
-    include_hidden: bool = Field(default=False, description="Include system notes.")
-    include_parts: bool = Field(default=True, description="Search parts (ID@P{N}) too.")
-    include_versions: bool = Field(
+    include_self: StrictBool = Field(default=False, description="With similar_to: keep the anchor.")
+    include_hidden: StrictBool = Field(default=False, description="Include system notes.")
+    include_parts: StrictBool = Field(default=True, description="Search parts (ID@P{N}) too.")
+    include_versions: StrictBool = Field(
         default=False, description="Search earlier versions (ID@V{N}) too."
     )
     bias: dict[str, float] | None = Field(
@@ -66,7 +66,7 @@ class SearchRequest(BaseModel):
         description="Recency half-life for this query (0 = no decay); "
         "default: the project's setting, 30 days.",
     )
-    deep: bool = Field(
+    deep: StrictBool = Field(
         default=False,
         description="Also follow edges (edge tags such as speaker, extracted relations) "
         "from the top results, and return what they reach in deep_groups.",

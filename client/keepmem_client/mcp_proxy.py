@@ -39,7 +39,7 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer("keepmem", instructions=INSTRUCTIONS)
+    server = MCPServer("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def call(coro: Any) -> str:
         try:
