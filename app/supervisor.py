@@ -110,6 +110,10 @@ class Supervisor:
         part = watch.part
         try:
             if part.alive():
+                if watch.down_since is not None:  # came back after a failed attempt
+                    took = time.monotonic() - watch.down_since
+                    self._say(f"keepmem: {part.name} is back after {took:.1f}s")
+                    watch.down_since = None
                 return
         except Exception as exc:  # noqa: BLE001 - a failed probe counts as down
             watch.last_error = f"{type(exc).__name__}: {exc}"

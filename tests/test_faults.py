@@ -187,3 +187,39 @@ def test_stack_heals_after_postgres_and_redis_are_killed(tmp_path: Path) -> None
     # one line per kind of failure, not a traceback per failed request
     failed_requests = statuses.count(503)
     assert text.count("Traceback") <= 10, (text.count("Traceback"), failed_requests)
+
+
+def test_supervisor_restarts_with_backoff_and_says_so_once() -> None:
+    """A part that fails to restart is retried with a growing delay; one line
+    when it goes down, one when it is back (not a line per attempt)."""
+    from app.supervisor import Supervisor
+
+    class Flaky:
+        name = "flaky"
+
+        def __init__(self) -> None:
+            self.up, self.restarts = True, 0
+
+        def alive(self) -> bool:
+            return self.up
+
+        def restart(self) -> None:
+            self.restarts += 1
+            if self.restarts >= 3:
+                self.up = True
+            else:
+                raise RuntimeError("port still in use")
+
+    said: list[str] = []
+    part = Flaky()
+    supervisor = Supervisor([part], interval=0.05, say=said.append)
+    supervisor.start()
+    try:
+        part.up = False
+        _wait(lambda: part.up, 10, "the third restart")  # delays 1 s, then 2 s
+    finally:
+        supervisor.stop()
+    assert part.restarts == 3
+    assert said[0] == "keepmem: flaky is down; restarting it"
+    assert said[-1].startswith("keepmem: flaky restarted after") and "(3 attempt(s))" in said[-1]
+    assert len(said) == 2
