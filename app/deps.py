@@ -103,7 +103,6 @@ async def current_scope(
     redis = request.app.state.redis
     address = request.client.host if request.client else "unknown"
     failures = settings.auth_failures_per_minute
-    await ratelimit.refuse_if_failing(redis, address=address, failures_per_minute=failures)
     try:
         resolved = await auth_service.authenticate(
             session, presented=_bearer(credentials), server_secret=server_secret(settings)

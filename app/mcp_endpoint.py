@@ -19,21 +19,24 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import tenancy
 from app.auth import service as auth_service
 from app.errors import NotConfigured, Unauthorized
+from app.flows import prompts
 from app.middleware import send_error
+from app.notes.system_docs import SYSTEM_DOCS
 
 log = logging.getLogger("keepmem.mcp")
 
 PATH = "/mcp"
-# Prompts every project is seeded with (app/notes/system_docs.py).
+# The prompts every project is seeded with (rendered per project on use).
 PROMPTS = [
-    {"name": "reflect", "summary": "Reflect on current actions, commitments, and intentions."},
-    {"name": "query", "summary": "Answer a question from memory."},
-    {"name": "session-start", "summary": "Pick up where the last session left off."},
+    {"name": doc.id.removeprefix(prompts.PREFIX), "summary": prompts.describe(doc.body)}
+    for doc in SYSTEM_DOCS
+    if doc.id.startswith(prompts.PREFIX)
 ]
 
 _client: contextvars.ContextVar[Any] = contextvars.ContextVar("keepmem_mcp_client")
@@ -47,6 +50,7 @@ class McpEndpoint:
         self.app = app
         self.manager: Any = None
         try:
+            from keepmem_client import AsyncKeepmem
             from keepmem_client.mcp_proxy import build
         except ImportError:  # the client distribution is not installed
             log.warning("keepmem-client[mcp] is not installed: /mcp is off")
@@ -60,6 +64,7 @@ class McpEndpoint:
         root.handlers[:] = handlers
         server.streamable_http_app(stateless_http=True, json_response=True)
         self.manager = server.session_manager
+        self.client_class = AsyncKeepmem
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -104,10 +109,7 @@ class McpEndpoint:
                 headers=[(b"www-authenticate", b"Bearer")],
             )  # fmt: skip
             return
-        import httpx
-        from keepmem_client import AsyncKeepmem
-
-        client = AsyncKeepmem(
+        client = self.client_class(
             "http://keepmem.internal",
             presented,
             project=headers.get("x-project"),

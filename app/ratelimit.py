@@ -6,8 +6,8 @@ window there is no edge to burst across: over any 60 seconds at most
 ``2 * per_minute`` requests pass, and over a long run ``per_minute``.
 
 Two kinds of bucket: one per API key (every authenticated request), and
-one per client address that only failed authentications draw from, so a
-key-guessing client is stopped before its guesses reach the database.
+one per client address that only failed authentications draw from: past it,
+a key-guessing client gets 429s instead of answers.
 
 Both fail open: when Redis is unreachable, requests pass (the outage shows in
 /v1/ready) rather than a queue outage taking the whole API down.
@@ -108,26 +108,15 @@ def _address_bucket(address: str) -> str:
     return f"keepmem:rl:auth:{address}"
 
 
-async def refuse_if_failing(redis: Any, *, address: str, failures_per_minute: int) -> None:
-    """429 for an address whose failed authentications used up its bucket
-    (checked before a presented key is even looked up)."""
+async def count_failure(redis: Any, *, address: str, failures_per_minute: int) -> None:
+    """A failed authentication from ``address`` takes a token from its bucket;
+    once the bucket is empty the answer is 429 instead of 401 (a guesser
+    learns nothing more). Successful requests never touch this bucket."""
     if redis is None or failures_per_minute <= 0:
         return
-    quota = await _take(redis, _address_bucket(address), failures_per_minute, 0)
-    if quota is not None and quota.remaining < 1:
-        refused = Quota(
-            limit=quota.limit,
-            remaining=0,
-            reset_seconds=quota.reset_seconds,
-            retry_after=max(1, math.ceil(60 / failures_per_minute)),
-        )
+    quota = await _take(redis, f"keepmem:rl:auth:{address}", failures_per_minute, 1)
+    if quota is not None and quota.retry_after is not None:
         raise TooManyRequests(
             "too many failed authentications from this address; wait and retry",
-            headers=refused.headers,
+            headers=quota.headers,
         )
-
-
-async def count_failure(redis: Any, *, address: str, failures_per_minute: int) -> None:
-    if redis is None or failures_per_minute <= 0:
-        return
-    await _take(redis, _address_bucket(address), failures_per_minute, 1)

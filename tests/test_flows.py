@@ -129,7 +129,7 @@ async def test_flow_level_failures_are_answers(client, tenant) -> None:
     )
     assert out["status"] == "error" and "inline state docs" in out["data"]["reason"]
     out = await _flow(client, tenant, {"state": "prompt", "params": {"name": "nope"}})
-    assert out == out | {"status": "error"} and out["data"]["error"] == "prompt not found: nope"
+    assert out["status"] == "error" and out["data"]["error"] == "prompt not found: nope"
 
 
 async def test_a_failed_state_leaves_nothing_behind(client, tenant) -> None:

@@ -11,13 +11,12 @@ from app.errors import NotFound
 from app.flows import states
 from app.flows.states import FlowContext, Outcome
 from app.notes import service as notes
-from app.search import service as search
 
 PREFIX = ".prompt/agent/"
 _PLACEHOLDER = re.compile(r"\{(get|find|text|since)\}")
 
 
-def _describe(body: str) -> str:
+def describe(body: str) -> str:
     """The first line of prose after the title."""
     for line in body.splitlines():
         line = line.strip()
@@ -43,7 +42,7 @@ async def list_prompts(ctx: FlowContext) -> Outcome:
     )
     prompts = []
     for view in listed.items:
-        entry: dict[str, Any] = {"name": view.id[len(PREFIX) :], "summary": _describe(view.summary)}
+        entry: dict[str, Any] = {"name": view.id[len(PREFIX) :], "summary": describe(view.summary)}
         if (args := _arguments(view.tags)) is not None:
             entry["mcp_arguments"] = args
         prompts.append(entry)
@@ -95,6 +94,3 @@ async def prompt(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     if params.get("list") or not params.get("name"):
         return await list_prompts(ctx)
     return await render(ctx, params)
-
-
-_ = search  # find runs through states.find
