@@ -174,6 +174,14 @@ class Note(Base):
         ),
         Index("ix_notes_updated", "tenant_id", "project_id", "updated_at"),
         Index("ix_notes_created", "tenant_id", "project_id", "created_at"),
+        # The timeline find reads context from (migration 0010).
+        Index(
+            "ix_notes_timeline",
+            "tenant_id",
+            "project_id",
+            "created_at",
+            text("keepmem_natural_key(id)"),
+        ),
         Index("ix_notes_accessed", "tenant_id", "project_id", "accessed_at"),
         Index("ix_notes_fts", "fts", postgresql_using="gin"),
         Index("ix_notes_tag_index", "tag_index", postgresql_using="gin"),

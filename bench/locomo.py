@@ -46,42 +46,95 @@ async def run(url: str, key: str, notes, questions) -> dict[str, dict[str, float
         return {}
 
 
-async def evaluate(url: str, key: str, questions, configs) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+def score(rows: list[tuple[str, int, tuple[float, float, float]]], latencies: list[float]) -> dict:
+    """Means over questions, overall, per category and per conversation."""
+
+    def mean(sel: list[tuple[float, float, float]]) -> dict[str, float]:
+        n = len(sel) or 1
+        return {
+            "recall@5": sum(m[0] for m in sel) / n,
+            "recall@10": sum(m[1] for m in sel) / n,
+            "ndcg@10": sum(m[2] for m in sel) / n,
+            "n": len(sel),
+        }
+
+    latencies = sorted(latencies)
+    out = mean([m for _, _, m in rows])
+    out |= {
+        "p50_ms": latencies[len(latencies) // 2] if latencies else 0.0,
+        "p95_ms": latencies[int(len(latencies) * 0.95)] if latencies else 0.0,
+        "by_category": {
+            CATEGORIES.get(c, str(c)): mean([m for _, cat, m in rows if cat == c])
+            for c in sorted({cat for _, cat, _ in rows})
+        },
+        "by_conversation": {
+            p: mean([m for proj, _, m in rows if proj == p])
+            for p in sorted({proj for proj, _, _ in rows})
+        },
+    }
+    return out
+
+
+async def evaluate(url: str, key: str, questions, configs) -> dict[str, dict]:
+    """Every question under every configuration, interleaved (question by
+    question), so background work on the machine weighs on all alike."""
+    rows: dict[str, list] = {name: [] for name, _ in configs}
+    latencies: dict[str, list[float]] = {name: [] for name, _ in configs}
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        for name, extra in configs:
-            totals = [0.0, 0.0, 0.0]
-            latencies = []
-            for project, qa in questions:
+        for project, qa in questions:
+            for name, extra in configs:
                 t = time.perf_counter()
                 r = await client.post(
                     "/v1/search",
                     json={"query": qa["question"], "limit": 10, **extra},
                     headers={"Authorization": f"Bearer {key}", "X-Project": project},
                 )
-                latencies.append((time.perf_counter() - t) * 1000)
+                latencies[name].append((time.perf_counter() - t) * 1000)
                 r.raise_for_status()
                 found = [n["id"] for n in r.json()["notes"]]
-                for i, v in enumerate(metrics(found, qa["evidence"])):
-                    totals[i] += v
-            n = len(questions)
-            latencies.sort()
-            out[name] = {
-                "recall@5": totals[0] / n,
-                "recall@10": totals[1] / n,
-                "ndcg@10": totals[2] / n,
-                "p50_ms": latencies[len(latencies) // 2],
-                "p95_ms": latencies[int(len(latencies) * 0.95)],
-            }
-    return out
+                rows[name].append((project, qa.get("category", 0), metrics(found, qa["evidence"])))
+    return {name: score(rows[name], latencies[name]) for name, _ in configs}
 
 
+# The default row sends nothing but the question: what a fresh `keepmem up` does.
 CONFIGS = [
+    ("default settings", {}),
     ("hybrid, no decay", {"stages": "hybrid", "half_life_days": 0}),
     ("vector only, no decay", {"stages": "vector", "half_life_days": 0}),
     ("full text only, no decay", {"stages": "text", "half_life_days": 0}),
-    ("hybrid, decay 30 d", {"stages": "hybrid"}),
 ]
+
+
+def tables(results: dict[str, dict]) -> str:
+    """Markdown: every configuration side by side, then per category and
+    per conversation (recall@10 / nDCG@10)."""
+    lines = [
+        "| configuration | recall@5 | recall@10 | nDCG@10 | find p50 | find p95 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in results.items():
+        lines.append(
+            f"| {name} | {m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['ndcg@10']:.3f} "
+            f"| {m['p50_ms']:.1f} ms | {m['p95_ms']:.1f} ms |"
+        )
+    for part in ("by_category", "by_conversation"):
+        groups = [g for g in results.values() if part in g]
+        if not groups:
+            continue
+        heads = list(groups[0][part])
+        counts = " | ".join(f"{h} (n={groups[0][part][h]['n']})" for h in heads)
+        lines += ["", f"recall@10 / nDCG@10 {part.replace('_', ' ')}:", ""]
+        lines += [f"| configuration | {counts} |", "|---|" + "---|" * len(heads)]
+        for name, m in results.items():
+            if part in m:
+                cells = " | ".join(
+                    f"{m[part][h]['recall@10']:.3f} / {m[part][h]['ndcg@10']:.3f}" for h in heads
+                )
+                lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
 
 
 KEEP_PYTHON = Path(
@@ -146,13 +199,7 @@ def main() -> None:
             indent=2,
         )
     )
-    print("\n| configuration | recall@5 | recall@10 | nDCG@10 | find p50 | find p95 |")
-    print("|---|---|---|---|---|---|")
-    for name, m in results.items():
-        print(
-            f"| {name} | {m['recall@5']:.3f} | {m['recall@10']:.3f} | {m['ndcg@10']:.3f} "
-            f"| {m['p50_ms']:.1f} ms | {m['p95_ms']:.1f} ms |"
-        )
+    print("\n" + tables(results))
     print(f"\nkeepmem ingest (put -> embedded): {len(notes) / ingest:.1f} notes/s")
     if keep is not None:
         print(

@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -25,10 +25,13 @@ from sqlalchemy import (
     literal_column,
     select,
     text,
+    true,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.auth.scope import Scope
 from app.embeddings.repository import INDEXED_DIMS
@@ -59,6 +62,7 @@ class Hit:
     ref: int
     score: float  # cosine similarity, or full-text rank
     updated_at: datetime
+    created_at: datetime
 
 
 def _note_filters(scope: Scope, f: Filters) -> list[Any]:
@@ -127,9 +131,15 @@ async def semantic(
         query_vec = text("CAST(:qv AS vector)").bindparams(qv=literal)
     distance = column.op("<=>")(query_vec)
     stamp = func.coalesce(NoteVersion.updated_at, Note.updated_at)
+    born = func.coalesce(NoteVersion.created_at, Note.created_at)
     stmt = (
         select(
-            Embedding.note_id, Embedding.kind, Embedding.ref, distance.label("d"), stamp.label("ts")
+            Embedding.note_id,
+            Embedding.kind,
+            Embedding.ref,
+            distance.label("d"),
+            stamp.label("ts"),
+            born.label("born"),
         )
         .join(Note, _joins_note(Embedding, Embedding.note_id))
         .outerjoin(
@@ -159,7 +169,7 @@ async def semantic(
     rows = (await session.execute(stmt)).all()
     if big:
         await session.execute(text("SET LOCAL enable_sort = on"))
-    hits = [Hit(r.note_id, r.kind, r.ref, 1.0 - float(r.d), r.ts) for r in rows]
+    hits = [Hit(r.note_id, r.kind, r.ref, 1.0 - float(r.d), r.ts, r.born) for r in rows]
     return sorted(hits, key=lambda h: -h.score)
 
 
@@ -213,15 +223,18 @@ async def full_text(
 
     hits: list[Hit] = []
     if "note" in kinds:
-        stmt = ranked(Note, [Note.id, Note.updated_at], joins=False)
-        hits += [Hit(r[0], "note", 0, float(r[2]), r[1]) for r in await session.execute(stmt)]
-    if "part" in kinds:
-        stmt = ranked(Part, [Part.note_id, Note.updated_at, Part.part_num], joins=True)
-        hits += [Hit(r[0], "part", r[2], float(r[3]), r[1]) for r in await session.execute(stmt)]
-    if "version" in kinds:
-        columns = [NoteVersion.note_id, NoteVersion.updated_at, NoteVersion.version]
-        stmt = ranked(NoteVersion, columns, joins=True)
-        hits += [Hit(r[0], "version", r[2], float(r[3]), r[1]) for r in await session.execute(stmt)]
+        stmt = ranked(Note, [Note.id, Note.updated_at, Note.created_at], joins=False)
+        hits += [Hit(r[0], "note", 0, float(r[3]), r[1], r[2]) for r in await session.execute(stmt)]
+    for kind, entity, ref in (
+        ("part", Part, Part.part_num),
+        ("version", NoteVersion, NoteVersion.version),
+    ):
+        if kind in kinds:
+            updated = Note.updated_at if kind == "part" else NoteVersion.updated_at
+            created = Note.created_at if kind == "part" else NoteVersion.created_at
+            stmt = ranked(entity, [entity.note_id, updated, created, ref], joins=True)
+            rows = await session.execute(stmt)
+            hits += [Hit(r[0], kind, r[3], float(r[4]), r[1], r[2]) for r in rows]
     return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
@@ -400,29 +413,96 @@ async def projects_needing_term_stats(
 async def similarity(
     session: AsyncSession,
     scope: Scope,
-    note_ids: Sequence[str],
+    keys: Sequence[tuple[str, str, int]],
     *,
     vector: Sequence[float],
     model: str,
-) -> dict[str, float]:
-    """Cosine similarity of the given notes' own vectors to ``vector``."""
-    if not note_ids:
+) -> dict[tuple[str, str, int], float]:
+    """Cosine similarity to ``vector`` of the given (note id, kind, ref) items'
+    own vectors (items not embedded yet are left out)."""
+    if not keys:
         return {}
     literal = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
     distance = Embedding.embedding.op("<=>", return_type=Float)(
         text("CAST(:qv AS vector)").bindparams(qv=literal)
     )
+    wanted = set(keys)
     rows = await session.execute(
-        select(Embedding.note_id, distance).where(
+        select(Embedding.note_id, Embedding.kind, Embedding.ref, distance).where(
             Embedding.tenant_id == scope.tenant_id,
             Embedding.project_id == scope.project_id,
             Embedding.model == model,
-            Embedding.kind == "note",
             Embedding.dim == len(vector),
-            Embedding.note_id.in_(list(note_ids)),
+            Embedding.note_id.in_(sorted({k[0] for k in keys})),
         )
     )
-    return {r[0]: 1.0 - float(r[1]) for r in rows}
+    out = {(r[0], r[1], r[2]): 1.0 - float(r[3]) for r in rows}
+    return {k: v for k, v in out.items() if k in wanted}
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    id: str
+    created_at: datetime
+    updated_at: datetime
+
+
+async def neighbours(
+    session: AsyncSession,
+    scope: Scope,
+    note_ids: Sequence[str],
+    *,
+    filters: Filters,
+    gap: timedelta,
+) -> dict[str, tuple[Neighbour | None, Neighbour | None]]:
+    """Each note's neighbours on the project's timeline: the notes just before
+    and just after it (``created_at``, then id in natural order; migration
+    0010), if created within ``gap`` of it, passing ``filters`` and with text."""
+    if not note_ids:
+        return {}
+    anchor = aliased(Note, name="anchor")
+    natural = func.keepmem_natural_key(Note.id)
+    here = tuple_(anchor.created_at, func.keepmem_natural_key(anchor.id))
+
+    def side(before: bool) -> Any:
+        order = (Note.created_at.desc(), natural.desc()) if before else (Note.created_at, natural)
+        return (
+            select(Note.id, Note.created_at, Note.updated_at)
+            .where(
+                *_note_filters(scope, filters),
+                Note.summary != "",  # no text (an edge's stub), no context
+                tuple_(Note.created_at, natural) < here
+                if before
+                else tuple_(Note.created_at, natural) > here,
+                Note.created_at >= anchor.created_at - gap
+                if before
+                else Note.created_at <= anchor.created_at + gap,
+            )
+            .order_by(*order)
+            .limit(1)
+            .lateral()
+        )
+
+    prev, after = side(True), side(False)
+    stmt = (
+        select(anchor.id, prev.c.id, prev.c.created_at, prev.c.updated_at)
+        .add_columns(after.c.id, after.c.created_at, after.c.updated_at)
+        .select_from(anchor)
+        .outerjoin(prev, true())
+        .outerjoin(after, true())
+        .where(
+            anchor.tenant_id == scope.tenant_id,
+            anchor.project_id == scope.project_id,
+            anchor.id.in_(list(note_ids)),
+        )
+    )
+    out: dict[str, tuple[Neighbour | None, Neighbour | None]] = {}
+    for r in await session.execute(stmt):
+        out[r[0]] = (
+            Neighbour(r[1], r[2], r[3]) if r[1] is not None else None,
+            Neighbour(r[4], r[5], r[6]) if r[4] is not None else None,
+        )
+    return out
 
 
 async def vector_count(session: AsyncSession, scope: Scope, model: str, *, cap: int) -> int:

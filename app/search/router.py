@@ -63,8 +63,10 @@ class SearchRequest(BaseModel):
         default=None,
         ge=0,
         le=1_000_000,
-        description="Recency half-life for this query (0 = no decay); "
-        "default: the project's setting, 30 days.",
+        description="Half-life of the recency bonus for this query (0 = none): the "
+        "newest candidate gets the full bonus, one half-life older half of it. A bonus, "
+        "not a multiplier: an old note as relevant as a new one loses only a tie. "
+        "Default: the project's setting, 30 days.",
     )
     deep: StrictBool = Field(
         default=False,
@@ -98,10 +100,15 @@ class SearchResponse(BaseModel):
 async def search(
     body: SearchRequest, request: Request, scope: ReadScope, session: SessionDep
 ) -> SearchResponse:
-    """Hybrid find: meaning (vectors) and words (full text) fused by keep's
-    weighted reciprocal rank, decayed by age (half-life 30 days); filters by
-    tags, time and id glob are applied inside both searches. Or, with
-    `similar_to`, the notes nearest in meaning to a stored note."""
+    """Hybrid find: meaning (vectors) and words (BM25 full text) blended by
+    score; the best hits' neighbours on the timeline (the notes just before
+    and after, within an hour) join as their context; a date the question
+    names ("on 8 May, 2023", "in July 2023") favours notes of that time, and
+    newer notes get a small bonus (half-life 30 days) that never overrides
+    relevance. Scores run from 0 to 1 (1: a perfect match in both stages).
+    Filters by tags, time and id glob apply inside both searches and to the
+    context. Or, with `similar_to`, the notes nearest in meaning to a stored
+    note."""
     result = await _run_find(body, request, scope, session)
     return SearchResponse(
         notes=[_scored(v, s) for v, s in result.items],

@@ -1,10 +1,12 @@
-"""find: hybrid retrieval with keep's scoring (KEEP_PROTOCOL §6.7).
+"""find: hybrid retrieval (KEEP_PROTOCOL §6.7, with our own scoring).
 
-Vector similarity (pgvector HNSW) and full text (tsvector) are fused with
-keep's weighted reciprocal rank, ``1/(60+rank_sem) + 2/(60+rank_fts)``,
-normalised so 1.0 means first in both, then decayed by age:
-``score * 0.5 ** (days_since_update / half_life)`` (30 days unless the project
-says otherwise; 0 turns decay off). Parts are found as ``ID@P{N}``; versions,
+The stages gather candidates: vector similarity (pgvector, exact in small
+projects, HNSW in big ones) and BM25 full text (tsvector). Every candidate
+then gets the score of the stage that did not find it too (its cosine), the
+best ones' timeline neighbours join as context, and ``ranking`` orders them:
+relevance from both scores, context, dates the question names, and a
+bounded recency bonus (half-life 30 days unless the project or the query
+says otherwise; 0 turns it off). Parts are found as ``ID@P{N}``; versions,
 when asked, as ``ID@V{N}``. A note is findable by full text as soon as its
 put returns and by meaning once embedded.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,13 +31,12 @@ from app.notes import tags as tagrules
 from app.notes.ids import InvalidId, glob_regex, is_system_id, normalize_id
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
+from app.search import ranking
 from app.search import repository as repo
+from app.search.ranking import Candidate, Key
 from app.tenants import repository as projects
-from app.timeutil import parse_when, utcnow
+from app.timeutil import parse_when
 
-RRF_K = 60
-SEMANTIC_WEIGHT = 1.0
-TEXT_WEIGHT = 2.0
 DEFAULT_HALF_LIFE_DAYS = 30.0
 
 
@@ -85,8 +87,57 @@ def _filters(data: FindInput, exclude: list[str]) -> repo.Filters:
     )
 
 
-def _key(hit: repo.Hit) -> tuple[str, str, int]:
-    return hit.note_id, hit.kind, hit.ref
+def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> None:
+    """Record each hit's score for ``stage`` ("text" or "cosine")."""
+    for hit in hits:
+        key = (hit.note_id, hit.kind, hit.ref)
+        c = found.setdefault(key, Candidate(key, hit.created_at, hit.updated_at))
+        if getattr(c, stage) is None:
+            setattr(c, stage, hit.score)
+
+
+async def _fill_cosines(
+    session: AsyncSession,
+    scope: Scope,
+    found: dict[Key, Candidate],
+    vector: list[float],
+    model: str,
+) -> None:
+    """The cosine of candidates only the full-text stage (or the timeline)
+    brought: a good keyword hit is also scored by meaning."""
+    missing = [k for k, c in found.items() if c.cosine is None]
+    near = await repo.similarity(session, scope, missing, vector=vector, model=model)
+    for key in missing:
+        found[key].cosine = near.get(key, 0.0)  # 0: not embedded yet
+
+
+async def _timeline(
+    session: AsyncSession,
+    scope: Scope,
+    found: dict[Key, Candidate],
+    stages: str,
+    filters: repo.Filters,
+) -> dict[str, tuple[str | None, str | None]]:
+    """The timeline neighbours of the best candidate notes, which join the
+    candidates (a neighbour is the context of a hit even if no stage found it)."""
+    base = ranking.relevance(found.values(), stages)
+    best = sorted((k for k in base if k[1] == "note"), key=lambda k: -base[k])
+    around = await repo.neighbours(
+        session,
+        scope,
+        [k[0] for k in best[: ranking.CONTEXT_FROM]],
+        filters=filters,
+        gap=ranking.EPISODE_GAP,
+    )
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for note_id, pair in around.items():
+        for n in pair:
+            if n is not None:
+                found.setdefault(
+                    (n.id, "note", 0), Candidate((n.id, "note", 0), n.created_at, n.updated_at)
+                )
+        out[note_id] = (pair[0].id if pair[0] else None, pair[1].id if pair[1] else None)
+    return out
 
 
 async def find(
@@ -119,10 +170,11 @@ async def find(
     with timed("count"):
         stored = await repo.vector_count(session, scope, model, cap=repo.EXACT_BELOW)
     big = stored >= repo.EXACT_BELOW
-    fused: dict[tuple[str, str, int], float] = {}
-    stamps: dict[tuple[str, str, int], Any] = {}
+    found: dict[Key, Candidate] = {}
     used_vector: list[float] | None = None
     anchor = ""
+    filters = _filters(data, [])
+    dates: list[tuple[datetime, datetime]] = []
 
     if data.similar_to:
         try:
@@ -136,26 +188,28 @@ async def find(
             raise NotEmbeddedYet(f"note {anchor!r} is not embedded yet; try again shortly")
         used_vector = list(vector)
         exclude = [] if data.include_self else [anchor]
-        for hit in await repo.semantic(
-            session,
-            scope,
-            vector=vector,
-            model=model,
-            kinds=kinds,
-            filters=_filters(data, exclude),
-            limit=wide,
-            big=big,
-        ):
-            fused.setdefault(_key(hit), hit.score)
-            stamps.setdefault(_key(hit), hit.updated_at)
-        mode = "similar"
+        filters = _filters(data, exclude)
+        _gather(
+            found,
+            await repo.semantic(
+                session,
+                scope,
+                vector=vector,
+                model=model,
+                kinds=kinds,
+                filters=filters,
+                limit=wide,
+                big=big,
+            ),
+            "cosine",
+        )
+        mode, stages = "similar", "vector"
     else:
         query = (data.query or "").strip()
-        filters = _filters(data, [])
-        text_hits: list[repo.Hit] = []
+        dates = ranking.question_dates(query)
         if data.stages in ("hybrid", "text"):
             with timed("text"):
-                text_hits = await repo.full_text(
+                hits = await repo.full_text(
                     session,
                     scope,
                     query=query,
@@ -163,12 +217,12 @@ async def find(
                     filters=filters,
                     limit=max(data.limit * 10, 100),
                 )
-        sem_hits: list[repo.Hit] = []
+            _gather(found, hits, "text")
         if data.stages in ("hybrid", "vector") and stored > 0:
             with timed("embed"):
                 used_vector = list(await cache.get(embedder, query))
             with timed("vector"):
-                sem_hits = await repo.semantic(
+                hits = await repo.semantic(
                     session,
                     scope,
                     vector=used_vector,
@@ -178,46 +232,39 @@ async def find(
                     limit=wide,
                     big=big,
                 )
-        mode = {
-            "hybrid": "hybrid" if sem_hits else "text",
-            "vector": "vector",
-            "text": "text",
-        }[data.stages]
-        # Normalise so that first place in every stage that ran scores 1.0.
-        norm = (SEMANTIC_WEIGHT if sem_hits else 0.0) + (
-            TEXT_WEIGHT if data.stages != "vector" else 0.0
+            _gather(found, hits, "cosine")
+        stages = data.stages if used_vector is not None else "text"
+        mode = {"hybrid": "hybrid" if used_vector is not None else "text"}.get(
+            data.stages, data.stages
         )
-        norm = (norm or 1.0) / (RRF_K + 1)
-        for weight, hits in ((SEMANTIC_WEIGHT, sem_hits), (TEXT_WEIGHT, text_hits)):
-            seen: set[tuple[str, str, int]] = set()
-            rank = 0
-            for hit in hits:
-                key = _key(hit)
-                if key in seen:
-                    continue
-                seen.add(key)
-                rank += 1
-                fused[key] = fused.get(key, 0.0) + weight / (RRF_K + rank)
-                stamps.setdefault(key, hit.updated_at)
-        fused = {k: v / norm for k, v in fused.items()}
 
+    neighbours: dict[str, tuple[str | None, str | None]] = {}
+    with timed("context"):
+        if used_vector is not None and stages == "hybrid":
+            await _fill_cosines(session, scope, found, used_vector, model)
+        if not data.similar_to:
+            neighbours = await _timeline(session, scope, found, stages, filters)
+            if used_vector is not None:
+                await _fill_cosines(session, scope, found, used_vector, model)
     settings = await projects.project_settings(session, scope)
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
     if data.half_life_days is not None:
         half_life = data.half_life_days
-    now = utcnow()
+    final = ranking.rank(
+        found,
+        ranking.relevance(found.values(), stages),
+        neighbours=neighbours,
+        dates=dates,
+        half_life_days=half_life,
+    )
     scored = []
-    for key, score in fused.items():
-        if half_life > 0:
-            days = max((now - stamps[key]).total_seconds(), 0) / 86400
-            score *= 0.5 ** (days / half_life)
+    for key, score in final.items():
         weight = data.bias.get(key[0], 1.0)
         if weight == 0:
             continue
         scored.append((key, score * weight))
-    # Sort on the exact scores (old notes decay to tiny ones); round for display.
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
-    top = [(key, round(score, 6)) for key, score in scored[: data.limit]]
+    top = [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
     with timed("views"):
         items = await _views(session, scope, top)
     with timed("pending"):
@@ -266,7 +313,9 @@ async def _deep(
     found = {k: n for k, n in found.items() if n.source != graph.STUB_SOURCE}
     closeness: dict[str, float] = {}
     if vector is not None:
-        closeness = await repo.similarity(session, scope, list(found), vector=vector, model=model)
+        keys = [(i, "note", 0) for i in found]
+        near = await repo.similarity(session, scope, keys, vector=vector, model=model)
+        closeness = {k[0]: v for k, v in near.items()}
     groups: dict[str, list[tuple[ItemView, float]]] = {}
     ranked = sorted(found, key=lambda i: (-closeness.get(i, 0.0), hops[i], i))
     for note_id in ranked:
