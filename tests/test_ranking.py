@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from app.search import ranking
 from app.search.ranking import Candidate
@@ -169,3 +170,30 @@ async def test_find_brings_the_answer_after_the_matching_turn(
     # and the question's date picks the session
     found = await find(client, tenant, query="What did Ann say on 8 May 2023?", limit=4)
     assert set(found) == {t for t, _ in turns}
+
+
+async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> None:
+    from datetime import timedelta as td
+
+    from app.auth.scope import scope_for_project
+    from app.search import repository as repo
+
+    await put(client, tenant, id="a", content="one")
+    async with db.tenant_transaction(tenant.id) as s:
+        await s.execute(text("SET LOCAL enable_seqscan = off"))
+        project = await s.scalar(text("SELECT project_id FROM notes WHERE id = 'a'"))
+        scope = scope_for_project(tenant.id, project, "default")
+        stmt = repo.neighbours_query(scope, ["a"], filters=repo.Filters(), gap=td(hours=1))
+        conn = await s.connection()
+        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        params = tuple(compiled.params[name] for name in compiled.positiontup or [])
+        rows = await conn.exec_driver_sql("EXPLAIN " + str(compiled), params)
+        plan = "\n".join(r[0] for r in rows)
+    # one probe before, one after, each starting at the note itself: the order
+    # comparison is an index condition (not a filter over every later note)
+    probes = [
+        line
+        for line in plan.splitlines()
+        if "Index Cond" in line and "ROW(created_at, keepmem_natural_key(id))" in line
+    ]
+    assert len(probes) == 2, plan

@@ -460,6 +460,20 @@ async def neighbours(
     0010), if created within ``gap`` of it, passing ``filters`` and with text."""
     if not note_ids:
         return {}
+    out: dict[str, tuple[Neighbour | None, Neighbour | None]] = {}
+    stmt = neighbours_query(scope, note_ids, filters=filters, gap=gap)
+    for r in await session.execute(stmt):
+        out[r[0]] = (
+            Neighbour(r[1], r[2], r[3]) if r[1] is not None else None,
+            Neighbour(r[4], r[5], r[6]) if r[4] is not None else None,
+        )
+    return out
+
+
+def neighbours_query(
+    scope: Scope, note_ids: Sequence[str], *, filters: Filters, gap: timedelta
+) -> Any:
+    """One index probe either way per note (ix_notes_timeline)."""
     anchor = aliased(Note, name="anchor")
     natural = func.keepmem_natural_key(Note.id)
     here = tuple_(anchor.created_at, func.keepmem_natural_key(anchor.id))
@@ -474,9 +488,9 @@ async def neighbours(
                 tuple_(Note.created_at, natural) < here
                 if before
                 else tuple_(Note.created_at, natural) > here,
-                Note.created_at >= anchor.created_at - gap
+                Note.created_at.between(anchor.created_at - gap, anchor.created_at)
                 if before
-                else Note.created_at <= anchor.created_at + gap,
+                else Note.created_at.between(anchor.created_at, anchor.created_at + gap),
             )
             .order_by(*order)
             .limit(1)
@@ -484,7 +498,7 @@ async def neighbours(
         )
 
     prev, after = side(True), side(False)
-    stmt = (
+    return (
         select(anchor.id, prev.c.id, prev.c.created_at, prev.c.updated_at)
         .add_columns(after.c.id, after.c.created_at, after.c.updated_at)
         .select_from(anchor)
@@ -496,13 +510,6 @@ async def neighbours(
             anchor.id.in_(list(note_ids)),
         )
     )
-    out: dict[str, tuple[Neighbour | None, Neighbour | None]] = {}
-    for r in await session.execute(stmt):
-        out[r[0]] = (
-            Neighbour(r[1], r[2], r[3]) if r[1] is not None else None,
-            Neighbour(r[4], r[5], r[6]) if r[4] is not None else None,
-        )
-    return out
 
 
 async def vector_count(session: AsyncSession, scope: Scope, model: str, *, cap: int) -> int:
