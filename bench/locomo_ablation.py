@@ -45,6 +45,7 @@ class Doc:
     created_at: datetime
     terms: dict[str, int]  # lexeme -> frequency
     length: int  # distinct lexemes, as length(tsvector)
+    tags: frozenset[str]  # tag values, case-folded
 
 
 def natural_key(note_id: str) -> str:
@@ -101,7 +102,14 @@ class Corpus:
         self.notes, self.questions = load()
         terms, self.lexemes = asyncio.run(_words(self.notes, self.questions))
         self.docs = [
-            Doc(p, n["id"], datetime.fromisoformat(n["created_at"]).replace(tzinfo=UTC), t, len(t))
+            Doc(
+                p,
+                n["id"],
+                datetime.fromisoformat(n["created_at"]).replace(tzinfo=UTC),
+                t,
+                len(t),
+                frozenset(v.casefold() for v in n["tags"].values()),
+            )
             for (p, n), t in zip(self.notes, terms, strict=True)
         ]
         encoder = MiniLMEncoder(threads=2, batch_size=32)
@@ -175,6 +183,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
             d.created_at,
             text=text.get(i) if text_hit else None,
             cosine=cos.get(i) if cos else None,
+            tags=d.tags,
         )
 
     found: dict[Key, Candidate] = {}
@@ -200,7 +209,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
         found,
         ranking.relevance(found.values(), stages),
         neighbours=neighbours,
-        dates=ranking.question_dates(corpus.questions[q][1]["question"]),
+        question=ranking.Question.read(corpus.questions[q][1]["question"]),
         half_life_days=30.0,
     )
     return [k[0] for k, _ in sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))][:10]
@@ -222,13 +231,20 @@ VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("rank fusion (RRF, keep's weights): before", {}, {"rrf": True}),
     (
         "score blend only",
-        {"NEIGHBOUR_WEIGHT": 0, "EPISODE_WEIGHT": 0, "DATE_WEIGHT": 0, "RECENCY_WEIGHT": 0},
+        {
+            "NEIGHBOUR_WEIGHT": 0,
+            "EPISODE_WEIGHT": 0,
+            "DATE_WEIGHT": 0,
+            "TAG_WEIGHT": 0,
+            "RECENCY_WEIGHT": 0,
+        },
         {},
     ),
     ("full ranking (the default)", {}, {}),
     ("without timeline neighbours", {"NEIGHBOUR_WEIGHT": 0}, {}),
     ("without episode", {"EPISODE_WEIGHT": 0}, {}),
     ("without question dates", {"DATE_WEIGHT": 0}, {}),
+    ("without tag values named in the question", {"TAG_WEIGHT": 0}, {}),
     ("without recency", {"RECENCY_WEIGHT": 0}, {}),
     ("text share 0.5 (instead of 0.3)", {"TEXT_SHARE": 0.5}, {}),
     ("full text only, full ranking", {}, {"stages": "text"}),
@@ -244,6 +260,7 @@ def main() -> None:
     corpus = Corpus()
     projects = sorted({p for p, _ in corpus.questions})
     lines = []
+    print("recall@10, nDCG@10, and recall@10 / nDCG@10 per category:\n")
     print("| variant | recall@10 | nDCG@10 | " + " | ".join(CATEGORIES.values()) + " |")
     print("|---|---|---|" + "---|" * len(CATEGORIES))
     for name, changed, how in VARIANTS:
@@ -252,7 +269,12 @@ def main() -> None:
             for q, (project, qa) in enumerate(corpus.questions):
                 found = find(corpus, q, **how)
                 rows.append((project, qa["category"], metrics(found, qa["evidence"])))
-        cats = [_mean([m[1] for _, cat, m in rows if cat == c]) for c in CATEGORIES]
+        cats = [
+            _mean([m[1] for _, cat, m in rows if cat == c])
+            + " / "
+            + _mean([m[2] for _, cat, m in rows if cat == c])
+            for c in CATEGORIES
+        ]
         overall = f"{_mean([m[1] for *_, m in rows])} | {_mean([m[2] for *_, m in rows])}"
         print(f"| {name} | {overall} | " + " | ".join(cats) + " |", flush=True)
         convs = [_mean([m[1] for p, _, m in rows if p == project]) for project in projects]

@@ -20,13 +20,13 @@ def cand(note_id: str, *, text=None, cosine=None, at=T0, kind="note", ref=0) -> 
     return Candidate((note_id, kind, ref), at, at, text=text, cosine=cosine)
 
 
-def rank(found: list[Candidate], stages="hybrid", neighbours=None, dates=(), half_life=0.0):
+def rank(found: list[Candidate], stages="hybrid", neighbours=None, question="", half_life=0.0):
     by_key = {c.key: c for c in found}
     return ranking.rank(
         by_key,
         ranking.relevance(found, stages),
         neighbours=neighbours or {},
-        dates=list(dates),
+        question=ranking.Question.read(question),
         half_life_days=half_life,
     )
 
@@ -82,9 +82,24 @@ def test_an_episode_lifts_its_notes_and_stops_at_the_gap() -> None:
 def test_a_date_in_the_question_prefers_notes_of_that_time() -> None:
     may = cand("may", cosine=0.40, at=datetime(2023, 5, 8, 9, tzinfo=UTC))
     june = cand("june", cosine=0.45, at=datetime(2023, 6, 20, tzinfo=UTC))
-    dates = ranking.question_dates("What did Caroline do on 8 May, 2023?")
-    assert order(rank([may, june], dates=dates)) == ["may", "june"]
+    question = "What did Caroline do on 8 May, 2023?"
+    assert order(rank([may, june], question=question)) == ["may", "june"]
     assert order(rank([may, june])) == ["june", "may"]
+
+
+def test_a_tag_value_the_question_names_counts() -> None:
+    def note(note_id: str, *tags: str) -> Candidate:
+        return Candidate((note_id, "note", 0), T0, T0, cosine=0.5, tags=frozenset(tags))
+
+    q = ranking.Question.read("What did Maria Lopez adopt last year?")
+    assert q.names(frozenset({"maria lopez"})) and q.names(frozenset({"Maria"}))
+    assert not q.names(frozenset({"maria garcia"}))  # every word of the value
+    assert not q.names(frozenset({"a", "1"}))  # too short to mean anything
+    far = timedelta(days=9)  # separate episodes
+    a, b = note("a", "maria"), note("b", "john")
+    b.created_at = b.updated_at = T0 + far
+    scores = rank([a, b], question="What did Maria adopt?")
+    assert scores[a.key] - scores[b.key] == pytest.approx(ranking.TAG_WEIGHT / ranking.SCALE)
 
 
 @pytest.mark.parametrize(
@@ -197,3 +212,23 @@ async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> 
         if "Index Cond" in line and "ROW(created_at, keepmem_natural_key(id))" in line
     ]
     assert len(probes) == 2, plan
+
+
+def test_episode_maxima_over_one_big_window() -> None:
+    # a big import stamped with one time: every note's episode is all of them
+    import random
+
+    rng = random.Random(7)
+    notes = [cand(f"n{i}", cosine=rng.random(), at=T0) for i in range(500)]
+    notes += [cand("later", cosine=0.01, at=T0 + ranking.EPISODE_GAP * 2)]
+    base = ranking.relevance(notes, "vector")
+    best = ranking._episode_best({c.key: c for c in notes}, base)
+    top = max(c.cosine for c in notes[:500])
+    assert all(best[c.key] == top for c in notes[:500])
+    assert best[("later", "note", 0)] == 0.01
+    for n in (1, 2, 3, 7, 33):
+        values = [rng.random() for _ in range(n)]
+        query = ranking._range_max(values)
+        assert all(
+            query(lo, hi) == max(values[lo:hi]) for lo in range(n) for hi in range(lo + 1, n + 1)
+        )

@@ -14,6 +14,9 @@ Then **context**, because memories are episodes, not isolated facts:
   ``EPISODE_GAP`` of it (the same session or task);
 * a question that names a date ("on 8 May, 2023", "in July 2023",
   "2023-05-08") adds ``DATE_WEIGHT`` to notes created then;
+* a question that names one of a note's tag values (a speaker, a topic)
+  adds ``TAG_WEIGHT``: full text cannot, when the value is on so many notes
+  that its word carries no weight;
 * **recency** is a bounded bonus, not a multiplier: up to ``RECENCY_WEIGHT``
   for the newest candidate, halving every ``half_life`` days older than it.
   Of two equally relevant notes the newer wins; an imported history is not
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -43,6 +46,7 @@ NEIGHBOUR_WEIGHT = 0.5
 EPISODE_WEIGHT = 0.3
 EPISODE_GAP = timedelta(hours=1)
 DATE_WEIGHT = 0.2
+TAG_WEIGHT = 0.05
 RECENCY_WEIGHT = 0.02
 CONTEXT_FROM = 20  # the best candidates whose timeline neighbours are looked up
 SCALE = 1.0 + EPISODE_WEIGHT + RECENCY_WEIGHT
@@ -55,6 +59,34 @@ class Candidate:
     updated_at: datetime
     text: float | None = None  # BM25 score, when the full-text stage found it
     cosine: float | None = None  # similarity to the question's vector
+    tags: frozenset[str] = frozenset()  # the note's tag values, case-folded
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """What find reads from the question itself, beyond its words' stages."""
+
+    dates: tuple[tuple[datetime, datetime], ...] = ()
+    words: frozenset[str] = frozenset()
+
+    @classmethod
+    def read(cls, question: str) -> Question:
+        return cls(
+            dates=tuple(question_dates(question)),
+            words=frozenset(_WORD.findall(question.casefold())),
+        )
+
+    def names(self, tag_values: frozenset[str]) -> bool:
+        """Whether the question names one of these values (all its words, and
+        at least one word of three letters or more: not "a", "1" or "no")."""
+        for value in tag_values:
+            words = _WORD.findall(value.casefold())
+            if words and set(words) <= self.words and any(len(w) >= 3 for w in words):
+                return True
+        return False
+
+
+_WORD = re.compile(r"[^\W_]+")
 
 
 def relevance(found: Iterable[Candidate], stages: str) -> dict[Key, float]:
@@ -80,7 +112,7 @@ def rank(
     base: Mapping[Key, float],
     *,
     neighbours: Mapping[str, tuple[str | None, str | None]],
-    dates: list[tuple[datetime, datetime]],
+    question: Question,
     half_life_days: float,
 ) -> dict[Key, float]:
     """Final scores: relevance plus context, dates and recency, over SCALE."""
@@ -99,8 +131,10 @@ def rank(
         if key[1] == "note":
             near = max((note_base.get(n, 0.0) for n in adjacent.get(key[0], ())), default=0.0)
             score += NEIGHBOUR_WEIGHT * near + EPISODE_WEIGHT * episode.get(key, 0.0)
-        if any(start <= c.created_at < end for start, end in dates):
+        if any(start <= c.created_at < end for start, end in question.dates):
             score += DATE_WEIGHT
+        if c.tags and question.names(c.tags):
+            score += TAG_WEIGHT
         if half_life_days > 0 and newest is not None:
             age = max((newest - c.updated_at).total_seconds(), 0.0) / 86400
             score += RECENCY_WEIGHT * 0.5 ** (age / half_life_days)
@@ -114,18 +148,34 @@ def shown(score: float) -> float:
 
 
 def _episode_best(found: Mapping[Key, Candidate], base: Mapping[Key, float]) -> dict[Key, float]:
-    """For each note: the best relevance among notes created within EPISODE_GAP."""
-    timeline = sorted((found[k].created_at, base[k]) for k in base if k[1] == "note")
-    times = [t for t, _ in timeline]
+    """For each note: the best relevance among notes created within EPISODE_GAP
+    (range maxima over the time-sorted notes: a big import stamped with one
+    time is one window of thousands, not thousands squared of comparisons)."""
+    notes = sorted((found[k].created_at, k) for k in base if k[1] == "note")
+    times = [t for t, _ in notes]
+    best = _range_max([base[k] for _, k in notes])
     out: dict[Key, float] = {}
-    for key in base:
-        if key[1] != "note":
-            continue
-        at = found[key].created_at
+    for at, key in notes:
         lo = bisect.bisect_left(times, at - EPISODE_GAP)
         hi = bisect.bisect_right(times, at + EPISODE_GAP)
-        out[key] = max(score for _, score in timeline[lo:hi])
+        out[key] = best(lo, hi)
     return out
+
+
+def _range_max(values: list[float]) -> Callable[[int, int], float]:
+    """max(values[lo:hi]) in constant time (a sparse table)."""
+    table = [values]
+    width = 1
+    while width * 2 <= len(values):
+        row = table[-1]
+        table.append([max(row[i], row[i + width]) for i in range(len(row) - width)])
+        width *= 2
+
+    def query(lo: int, hi: int) -> float:
+        level = (hi - lo).bit_length() - 1
+        return max(table[level][lo], table[level][hi - (1 << level)])
+
+    return query
 
 
 # -- dates named in a question ------------------------------------------------------

@@ -63,6 +63,12 @@ class Hit:
     score: float  # cosine similarity, or full-text rank
     updated_at: datetime
     created_at: datetime
+    tags: frozenset[str] = frozenset()  # the note's tag values (case-folded)
+
+
+def _tag_values(index: Sequence[str] | None) -> frozenset[str]:
+    """Tag values from a note's ``tag_index`` (``key=value`` terms)."""
+    return frozenset(t.split("=", 1)[1] for t in index or () if "=" in t)
 
 
 def _note_filters(scope: Scope, f: Filters) -> list[Any]:
@@ -140,6 +146,7 @@ async def semantic(
             distance.label("d"),
             stamp.label("ts"),
             born.label("born"),
+            Note.tag_index,
         )
         .join(Note, _joins_note(Embedding, Embedding.note_id))
         .outerjoin(
@@ -169,7 +176,10 @@ async def semantic(
     rows = (await session.execute(stmt)).all()
     if big:
         await session.execute(text("SET LOCAL enable_sort = on"))
-    hits = [Hit(r.note_id, r.kind, r.ref, 1.0 - float(r.d), r.ts, r.born) for r in rows]
+    hits = [
+        Hit(r.note_id, r.kind, r.ref, 1.0 - float(r.d), r.ts, r.born, _tag_values(r.tag_index))
+        for r in rows
+    ]
     return sorted(hits, key=lambda h: -h.score)
 
 
@@ -223,8 +233,9 @@ async def full_text(
 
     hits: list[Hit] = []
     if "note" in kinds:
-        stmt = ranked(Note, [Note.id, Note.updated_at, Note.created_at], joins=False)
-        hits += [Hit(r[0], "note", 0, float(r[3]), r[1], r[2]) for r in await session.execute(stmt)]
+        stmt = ranked(Note, [Note.id, Note.updated_at, Note.created_at, Note.tag_index], False)
+        rows = await session.execute(stmt)
+        hits += [Hit(r[0], "note", 0, float(r[4]), r[1], r[2], _tag_values(r[3])) for r in rows]
     for kind, entity, ref in (
         ("part", Part, Part.part_num),
         ("version", NoteVersion, NoteVersion.version),
@@ -232,9 +243,11 @@ async def full_text(
         if kind in kinds:
             updated = Note.updated_at if kind == "part" else NoteVersion.updated_at
             created = Note.created_at if kind == "part" else NoteVersion.created_at
-            stmt = ranked(entity, [entity.note_id, updated, created, ref], joins=True)
-            rows = await session.execute(stmt)
-            hits += [Hit(r[0], kind, r[3], float(r[4]), r[1], r[2]) for r in rows]
+            columns = [entity.note_id, updated, created, ref, Note.tag_index]
+            rows = await session.execute(ranked(entity, columns, joins=True))
+            hits += [
+                Hit(r[0], kind, r[3], float(r[5]), r[1], r[2], _tag_values(r[4])) for r in rows
+            ]
     return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
@@ -445,6 +458,7 @@ class Neighbour:
     id: str
     created_at: datetime
     updated_at: datetime
+    tags: frozenset[str]
 
 
 async def neighbours(
@@ -464,8 +478,8 @@ async def neighbours(
     stmt = neighbours_query(scope, note_ids, filters=filters, gap=gap)
     for r in await session.execute(stmt):
         out[r[0]] = (
-            Neighbour(r[1], r[2], r[3]) if r[1] is not None else None,
-            Neighbour(r[4], r[5], r[6]) if r[4] is not None else None,
+            Neighbour(r[1], r[2], r[3], _tag_values(r[4])) if r[1] is not None else None,
+            Neighbour(r[5], r[6], r[7], _tag_values(r[8])) if r[5] is not None else None,
         )
     return out
 
@@ -481,7 +495,7 @@ def neighbours_query(
     def side(before: bool) -> Any:
         order = (Note.created_at.desc(), natural.desc()) if before else (Note.created_at, natural)
         return (
-            select(Note.id, Note.created_at, Note.updated_at)
+            select(Note.id, Note.created_at, Note.updated_at, Note.tag_index)
             .where(
                 *_note_filters(scope, filters),
                 Note.summary != "",  # no text (an edge's stub), no context
@@ -499,8 +513,8 @@ def neighbours_query(
 
     prev, after = side(True), side(False)
     return (
-        select(anchor.id, prev.c.id, prev.c.created_at, prev.c.updated_at)
-        .add_columns(after.c.id, after.c.created_at, after.c.updated_at)
+        select(anchor.id, prev.c.id, prev.c.created_at, prev.c.updated_at, prev.c.tag_index)
+        .add_columns(after.c.id, after.c.created_at, after.c.updated_at, after.c.tag_index)
         .select_from(anchor)
         .outerjoin(prev, true())
         .outerjoin(after, true())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -91,7 +90,7 @@ def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> No
     """Record each hit's score for ``stage`` ("text" or "cosine")."""
     for hit in hits:
         key = (hit.note_id, hit.kind, hit.ref)
-        c = found.setdefault(key, Candidate(key, hit.created_at, hit.updated_at))
+        c = found.setdefault(key, Candidate(key, hit.created_at, hit.updated_at, tags=hit.tags))
         if getattr(c, stage) is None:
             setattr(c, stage, hit.score)
 
@@ -133,9 +132,8 @@ async def _timeline(
     for note_id, pair in around.items():
         for n in pair:
             if n is not None:
-                found.setdefault(
-                    (n.id, "note", 0), Candidate((n.id, "note", 0), n.created_at, n.updated_at)
-                )
+                key = (n.id, "note", 0)
+                found.setdefault(key, Candidate(key, n.created_at, n.updated_at, tags=n.tags))
         out[note_id] = (pair[0].id if pair[0] else None, pair[1].id if pair[1] else None)
     return out
 
@@ -174,7 +172,7 @@ async def find(
     used_vector: list[float] | None = None
     anchor = ""
     filters = _filters(data, [])
-    dates: list[tuple[datetime, datetime]] = []
+    question = ranking.Question()
 
     if data.similar_to:
         try:
@@ -206,7 +204,7 @@ async def find(
         mode, stages = "similar", "vector"
     else:
         query = (data.query or "").strip()
-        dates = ranking.question_dates(query)
+        question = ranking.Question.read(query)
         if data.stages in ("hybrid", "text"):
             with timed("text"):
                 hits = await repo.full_text(
@@ -254,7 +252,7 @@ async def find(
         found,
         ranking.relevance(found.values(), stages),
         neighbours=neighbours,
-        dates=dates,
+        question=question,
         half_life_days=half_life,
     )
     scored = []
