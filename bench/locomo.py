@@ -157,8 +157,11 @@ def keep_local() -> dict[str, Any] | None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    if out.returncode != 0:  # keepmem's own results still print
+        print(f"keep-skill comparison failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+        return None
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
