@@ -13,6 +13,7 @@ put returns and by meaning once embedded.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,20 +206,29 @@ async def find(
     else:
         query = (data.query or "").strip()
         question = ranking.Question.read(query)
-        if data.stages in ("hybrid", "text"):
-            with timed("text"):
-                hits = await repo.full_text(
-                    session,
-                    scope,
-                    query=query,
-                    kinds=kinds,
-                    filters=filters,
-                    limit=max(data.limit * 10, 100),
-                )
-            _gather(found, hits, "text")
-        if data.stages in ("hybrid", "vector") and stored > 0:
+        # The question's vector is computed (on the model's own thread) while
+        # the full-text stage runs.
+        wants_vector = data.stages in ("hybrid", "vector") and stored > 0
+        embedding = asyncio.ensure_future(cache.get(embedder, query)) if wants_vector else None
+        try:
+            if data.stages in ("hybrid", "text"):
+                with timed("text"):
+                    hits = await repo.full_text(
+                        session,
+                        scope,
+                        query=query,
+                        kinds=kinds,
+                        filters=filters,
+                        limit=max(data.limit * 10, 100),
+                    )
+                _gather(found, hits, "text")
+        except BaseException:
+            if embedding is not None:
+                embedding.cancel()
+            raise
+        if embedding is not None:
             with timed("embed"):
-                used_vector = list(await cache.get(embedder, query))
+                used_vector = list(await embedding)
             with timed("vector"):
                 hits = await repo.semantic(
                     session,
