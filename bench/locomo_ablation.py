@@ -175,7 +175,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
         return [corpus.docs[i].id for i in _top(fused, 10)]
     docs = corpus.docs
 
-    def candidate(i: int, text_hit: bool) -> Candidate:
+    def candidate(i: int, text_hit: bool, context_only: bool = False) -> Candidate:
         d = docs[i]
         return Candidate(
             (d.id, "note", 0),
@@ -184,6 +184,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
             text=text.get(i) if text_hit else None,
             cosine=cos.get(i) if cos else None,
             tags=d.tags,
+            context_only=context_only,
         )
 
     found: dict[Key, Candidate] = {}
@@ -199,7 +200,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
         before, after = corpus.prev.get(i), corpus.next.get(i)
         for n in (before, after):
             if n is not None and (docs[n].id, "note", 0) not in found:
-                found[(docs[n].id, "note", 0)] = candidate(n, False)
+                found[(docs[n].id, "note", 0)] = candidate(n, False, context_only=True)
                 index[docs[n].id] = n
         neighbours[key[0]] = (
             docs[before].id if before is not None else None,

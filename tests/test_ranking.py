@@ -232,3 +232,13 @@ def test_episode_maxima_over_one_big_window() -> None:
         assert all(
             query(lo, hi) == max(values[lo:hi]) for lo in range(n) for hi in range(lo + 1, n + 1)
         )
+
+
+def test_context_lifts_results_but_does_not_make_them() -> None:
+    hit = cand("hit", text=2.0)
+    blank = Candidate(("blank", "note", 0), T0, T0, cosine=0.0, context_only=True)
+    weak = Candidate(("weak", "note", 0), T0, T0, cosine=0.1, context_only=True)
+    scores = rank([hit, blank, weak], neighbours={"hit": ("blank", "weak")})
+    assert set(scores) == {hit.key, weak.key}
+    # a stage's own hit stays a result however weak
+    assert ("far", "note", 0) in rank([hit, cand("far", cosine=-0.2)])

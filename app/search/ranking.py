@@ -60,6 +60,7 @@ class Candidate:
     text: float | None = None  # BM25 score, when the full-text stage found it
     cosine: float | None = None  # similarity to the question's vector
     tags: frozenset[str] = frozenset()  # the note's tag values, case-folded
+    context_only: bool = False  # no stage found it: a hit's timeline neighbour
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,9 @@ def rank(
     out: dict[Key, float] = {}
     for key, score in base.items():
         c = found[key]
+        if c.context_only and score <= 0:
+            continue  # no word in common, no closeness in meaning: context lifts
+            # results, it does not make them
         if key[1] == "note":
             near = max((note_base.get(n, 0.0) for n in adjacent.get(key[0], ())), default=0.0)
             score += NEIGHBOUR_WEIGHT * near + EPISODE_WEIGHT * episode.get(key, 0.0)

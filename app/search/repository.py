@@ -71,19 +71,6 @@ def _tag_values(index: Sequence[str] | None) -> frozenset[str]:
     return frozenset(t.split("=", 1)[1] for t in index or () if "=" in t)
 
 
-async def _set_local(session: AsyncSession, **values: object) -> None:
-    """SET LOCAL several settings in one round trip, and JIT compilation off:
-    a find's statements run in milliseconds, and on a plan whose estimated
-    cost crosses ``jit_above_cost`` (the exact vector path of a few hundred
-    notes did) compiling it took ~40 ms every time."""
-    values = {"jit": "off", **values}
-    calls = ", ".join(f"set_config(:k{i}, :v{i}, true)" for i in range(len(values)))
-    params = {}
-    for i, (k, v) in enumerate(values.items()):
-        params[f"k{i}"], params[f"v{i}"] = k, str(v)
-    await session.execute(text(f"SELECT {calls}"), params)
-
-
 def _note_filters(scope: Scope, f: Filters) -> list[Any]:
     conds: list[Any] = [Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id]
     if f.tag_terms:
@@ -133,12 +120,11 @@ async def semantic(
     # Plan every execution with the settings below: a generic plan cached for
     # this statement on the connection ignores them (a big project's search
     # ran as a full sort, seconds at 100k notes).
-    await _set_local(
-        session,
-        plan_cache_mode="force_custom_plan",
-        **{"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": max(40, min(limit, 1000))},
-        **({"enable_sort": "off"} if big else {}),
-    )
+    await session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+    await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    await session.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(limit, 1000))}"))
+    if big:
+        await session.execute(text("SET LOCAL enable_sort = off"))
     dim = len(vector)
     literal = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
     if dim in INDEXED_DIMS:
@@ -189,7 +175,7 @@ async def semantic(
     )
     rows = (await session.execute(stmt)).all()
     if big:
-        await _set_local(session, enable_sort="on")
+        await session.execute(text("SET LOCAL enable_sort = on"))
     hits = [
         Hit(r.note_id, r.kind, r.ref, 1.0 - float(r.d), r.ts, r.born, _tag_values(r.tag_index))
         for r in rows
@@ -216,7 +202,7 @@ async def full_text(
     """
     # Plan with this query's values: a generic plan cached on the connection
     # would use the GIN index (or not) for every project alike.
-    await _set_local(session, plan_cache_mode="force_custom_plan")
+    await session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
     question = await _question_tsquery(session, scope, query)
     if question is None:
         return []

@@ -134,7 +134,10 @@ async def _timeline(
         for n in pair:
             if n is not None:
                 key = (n.id, "note", 0)
-                found.setdefault(key, Candidate(key, n.created_at, n.updated_at, tags=n.tags))
+                found.setdefault(
+                    key,
+                    Candidate(key, n.created_at, n.updated_at, tags=n.tags, context_only=True),
+                )
         out[note_id] = (pair[0].id if pair[0] else None, pair[1].id if pair[1] else None)
     return out
 
