@@ -447,6 +447,7 @@ async def similarity(
             Embedding.model == model,
             Embedding.dim == len(vector),
             Embedding.note_id.in_(sorted({k[0] for k in keys})),
+            Embedding.kind.in_(sorted({k[1] for k in keys})),
         )
     )
     out = {(r[0], r[1], r[2]): 1.0 - float(r[3]) for r in rows}

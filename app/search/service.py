@@ -14,6 +14,7 @@ put returns and by meaning once embedded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,8 +190,8 @@ async def find(
         if vector is None:
             raise NotEmbeddedYet(f"note {anchor!r} is not embedded yet; try again shortly")
         used_vector = list(vector)
-        exclude = [] if data.include_self else [anchor]
-        filters = _filters(data, exclude)
+        if not data.include_self:
+            filters = dataclasses.replace(filters, exclude_ids=[anchor])
         _gather(
             found,
             await repo.semantic(
