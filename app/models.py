@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKeyConstraint,
     Identity,
     Index,
@@ -64,6 +65,7 @@ class Project(Base):
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     term_stats_at: Mapped[datetime | None] = mapped_column(TS)
     term_stats_notes: Mapped[int | None] = mapped_column(Integer)
+    term_stats_avgdl: Mapped[float | None] = mapped_column(Float)
 
 
 def _project_fk() -> ForeignKeyConstraint:

@@ -160,6 +160,11 @@ class Settings(BaseSettings):
         "find's full-text stage leaves it out of long questions (it would match, "
         "and rank, a large part of a big project). The vector stage still sees it.",
     )
+    term_stats_min_notes: int = Field(
+        default=200,
+        description="Projects from this many notes get their words counted by the worker "
+        "(find's BM25 statistics); smaller ones are counted when asked.",
+    )
     term_stats_max_age_seconds: float = Field(
         default=6 * 3600.0, description="How often a big project's common words are re-counted."
     )

@@ -82,8 +82,9 @@ def machine() -> str:
 class Stack:
     """Embedded Postgres + Redis + API process (+ worker processes) in a temp dir."""
 
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="keepmem-bench-"))
+    def __init__(self, data_dir: Path | None = None) -> None:
+        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="keepmem-bench-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.pg = EmbeddedPostgres(self.dir)
         self.redis = EmbeddedRedis(self.dir)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -163,10 +164,11 @@ class Stack:
 
 
 @contextmanager
-def running_stack() -> Any:
+def running_stack(data_dir: Path | None = None) -> Any:
+    """A started stack; with ``data_dir``, one that a later run reuses."""
     # A benchmark stopped with SIGTERM still stops its servers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    stack = Stack()
+    stack = Stack(data_dir)
     stack.start()
     try:
         yield stack

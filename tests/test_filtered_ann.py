@@ -82,11 +82,13 @@ async def test_small_tenant_gets_its_full_exact_top_10_through_the_index(
                 )
             ).scalar_one()
         async with db.tenant_transaction(small) as s:
-            # Make the planner take the HNSW index, the path that starves results.
+            # find's own planner settings (iterative scan, ef_search) ...
+            await search.open_find(s, scope, model=MODEL, candidates=10)
+            # ... and the planner made to take the HNSW index, the path that starves results.
             await s.execute(text("SET LOCAL enable_seqscan = off"))
             await s.execute(text("SET LOCAL enable_bitmapscan = off"))
             await s.execute(text("SET LOCAL enable_sort = off"))
-            hits = await search.semantic(
+            hits, _ = await search.semantic(
                 s,
                 scope,
                 vector=query,

@@ -228,7 +228,7 @@ async def test_common_words_of_a_big_project_leave_questions(
     # Before the count, every word of the question may match.
     body = await find(client, tenant, query="walrus meeting", limit=20)
     assert len(ids(body)) == 13
-    pipeline = make_pipeline(fts_common_term_notes=10)
+    pipeline = make_pipeline(fts_common_term_notes=10, term_stats_min_notes=10)
     await dispatcher.reconcile(pipeline, limit=100_000)
     counts = await jobs_of(client, tenant, kind="term_stats")
     assert len(counts) == 1 and counts[0]["note_id"] is None

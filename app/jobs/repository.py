@@ -446,15 +446,19 @@ async def notes_with_open_jobs(
     return {r[0] for r in rows if r[0] is not None}
 
 
-async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:
-    return int(
-        await session.scalar(
-            select(func.count(func.distinct(Job.note_id))).where(
-                Job.tenant_id == scope.tenant_id,
-                Job.project_id == scope.project_id,
-                Job.kind.in_(list(kinds)),
-                Job.status.in_(_OPEN),
-            )
+def count_open_query(scope: Scope, *, kinds: Sequence[str]) -> Any:
+    """How many notes have open jobs of ``kinds``, as a scalar subquery."""
+    return (
+        select(func.count(func.distinct(Job.note_id)))
+        .where(
+            Job.tenant_id == scope.tenant_id,
+            Job.project_id == scope.project_id,
+            Job.kind.in_(list(kinds)),
+            Job.status.in_(_OPEN),
         )
-        or 0
+        .scalar_subquery()
     )
+
+
+async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:
+    return int(await session.scalar(select(count_open_query(scope, kinds=kinds))) or 0)

@@ -23,7 +23,7 @@ from app.jobs.kinds import JobKind
 from app.logs import log_failure
 from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
-from app.search import repository as search
+from app.search.fulltext import repository as search
 
 log = logging.getLogger("keepmem.dispatcher")
 
@@ -96,10 +96,10 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
                 note_id=note_id,
                 priority=8,
             )
-        # Big projects' common words, for find's full-text stage.
+        # Projects' word counts, for find's full-text stage.
         for tenant_id, project_id in await search.projects_needing_term_stats(
             session,
-            min_notes=pipeline.settings.fts_common_term_notes,
+            min_notes=pipeline.settings.term_stats_min_notes,
             max_age_seconds=pipeline.settings.term_stats_max_age_seconds,
             limit=limit,
         ):

@@ -26,7 +26,7 @@ from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
 from app.providers.summarization.base import RelatedNote
-from app.search import repository as search
+from app.search.fulltext import repository as search
 
 Handler = Callable[[list[JobRun]], Awaitable[None]]
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
+from app.caches import LRU
 from app.context import timed
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
@@ -34,11 +37,16 @@ from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
 from app.search import ranking
 from app.search import repository as repo
+from app.search.fulltext import repository as fulltext
 from app.search.ranking import Candidate, Key
 from app.tenants import repository as projects
 from app.timeutil import parse_when
 
 DEFAULT_HALF_LIFE_DAYS = 30.0
+BIG_FOR = 300.0  # seconds a project counted as big is taken as big without counting
+
+# (tenant, project, model) -> when it was last counted as big (this process).
+_big_since: LRU[tuple[uuid.UUID, uuid.UUID, str], float] = LRU(10_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,27 +105,14 @@ def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> No
             setattr(c, stage, hit.score)
 
 
-async def _fill_cosines(
-    session: AsyncSession,
-    scope: Scope,
-    found: dict[Key, Candidate],
-    vector: list[float],
-    model: str,
-) -> None:
-    """The cosine of candidates only the full-text stage (or the timeline)
-    brought: a good keyword hit is also scored by meaning."""
-    missing = [k for k, c in found.items() if c.cosine is None]
-    near = await repo.similarity(session, scope, missing, vector=vector, model=model)
-    for key in missing:
-        found[key].cosine = near.get(key, 0.0)  # 0: not embedded yet
-
-
 async def _timeline(
     session: AsyncSession,
     scope: Scope,
     found: dict[Key, Candidate],
     stages: str,
     filters: repo.Filters,
+    vector: list[float] | None,
+    model: str,
 ) -> dict[str, tuple[str | None, str | None]]:
     """The timeline neighbours of the best candidate notes, which join the
     candidates (a neighbour is the context of a hit even if no stage found it)."""
@@ -129,16 +124,20 @@ async def _timeline(
         [k[0] for k in best[: ranking.CONTEXT_FROM]],
         filters=filters,
         gap=ranking.EPISODE_GAP,
+        vector=vector,
+        model=model,
     )
     out: dict[str, tuple[str | None, str | None]] = {}
     for note_id, pair in around.items():
         for n in pair:
             if n is not None:
                 key = (n.id, "note", 0)
-                found.setdefault(
+                c = found.setdefault(
                     key,
                     Candidate(key, n.created_at, n.updated_at, tags=n.tags, context_only=True),
                 )
+                if c.cosine is None and vector is not None:
+                    c.cosine = n.cosine or 0.0  # 0: not embedded yet
         out[note_id] = (pair[0].id if pair[0] else None, pair[1].id if pair[1] else None)
     return out
 
@@ -168,15 +167,31 @@ async def find(
     kinds += ["version"] if data.include_versions else []
     model = embedder.model_id
     wide = max(data.limit * 10, 200)
-    # One count decides both whether there are vectors at all and which path
-    # (exact or HNSW) the vector stage takes.
-    with timed("count"):
-        stored = await repo.vector_count(session, scope, model, cap=repo.EXACT_BELOW)
-    big = stored >= repo.EXACT_BELOW
+    filters = _filters(data, [])
+    # One statement: whether there are vectors and which path the vector stage
+    # takes, the project's settings, its pending work, the planner's settings.
+    size_key = (scope.tenant_id, scope.project_id, model)
+    now = time.monotonic()
+    counted = _big_since.get(size_key)
+    known_big = counted is not None and now - counted < BIG_FOR
+    with timed("open"):
+        opening = await repo.open_find(
+            session,
+            scope,
+            model=model,
+            candidates=wide,
+            also=[
+                projects.project_settings_query(scope),
+                jobs.count_open_query(scope, kinds=["embed", "reindex"]),
+            ],
+            known_big=known_big,
+        )
+    if opening.big and not known_big:
+        _big_since.put(size_key, now)
+    settings, pending = dict(opening.extra[0] or {}), int(opening.extra[1] or 0)
     found: dict[Key, Candidate] = {}
     used_vector: list[float] | None = None
     anchor = ""
-    filters = _filters(data, [])
     question = ranking.Question()
 
     if data.similar_to:
@@ -192,40 +207,30 @@ async def find(
         used_vector = list(vector)
         if not data.include_self:
             filters = dataclasses.replace(filters, exclude_ids=[anchor])
-        _gather(
-            found,
-            await repo.semantic(
-                session,
-                scope,
-                vector=vector,
-                model=model,
-                kinds=kinds,
-                filters=filters,
-                limit=wide,
-                big=big,
-            ),
-            "cosine",
+        hits, _ = await repo.semantic(
+            session,
+            scope,
+            vector=vector,
+            model=model,
+            kinds=kinds,
+            filters=filters,
+            limit=wide,
+            big=opening.big,
         )
+        _gather(found, hits, "cosine")
         mode, stages = "similar", "vector"
     else:
         query = (data.query or "").strip()
         question = ranking.Question.read(query)
         # The question's vector is computed (on the model's own thread) while
         # the full-text stage runs.
-        wants_vector = data.stages in ("hybrid", "vector") and stored > 0
+        wants_vector = data.stages in ("hybrid", "vector") and opening.vectors > 0
         embedding = asyncio.ensure_future(cache.get(embedder, query)) if wants_vector else None
         try:
             if data.stages in ("hybrid", "text"):
                 with timed("text"):
-                    hits = await repo.full_text(
-                        session,
-                        scope,
-                        query=query,
-                        kinds=kinds,
-                        filters=filters,
-                        limit=max(data.limit * 10, 100),
-                    )
-                _gather(found, hits, "text")
+                    stage = await _full_text(session, scope, query, kinds, filters, data.limit)
+                _gather(found, stage, "text")
         except BaseException:
             if embedding is not None:
                 embedding.cancel()
@@ -234,7 +239,8 @@ async def find(
             with timed("embed"):
                 used_vector = list(await embedding)
             with timed("vector"):
-                hits = await repo.semantic(
+                # Text hits the vector stage does not return get their cosine too.
+                hits, near = await repo.semantic(
                     session,
                     scope,
                     vector=used_vector,
@@ -242,23 +248,22 @@ async def find(
                     kinds=kinds,
                     filters=filters,
                     limit=wide,
-                    big=big,
+                    big=opening.big,
+                    cosines_of=list(found) if data.stages == "hybrid" else [],
                 )
             _gather(found, hits, "cosine")
+            for key, c in found.items():
+                if c.cosine is None:
+                    c.cosine = near.get(key, 0.0)  # 0: not embedded yet
         stages = data.stages if used_vector is not None else "text"
         mode = {"hybrid": "hybrid" if used_vector is not None else "text"}.get(
             data.stages, data.stages
         )
 
     neighbours: dict[str, tuple[str | None, str | None]] = {}
-    with timed("context"):
-        if used_vector is not None and stages == "hybrid":
-            await _fill_cosines(session, scope, found, used_vector, model)
-        if not data.similar_to:
-            neighbours = await _timeline(session, scope, found, stages, filters)
-            if used_vector is not None:
-                await _fill_cosines(session, scope, found, used_vector, model)
-    settings = await projects.project_settings(session, scope)
+    if not data.similar_to:
+        with timed("context"):
+            neighbours = await _timeline(session, scope, found, stages, filters, used_vector, model)
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
     if data.half_life_days is not None:
         half_life = data.half_life_days
@@ -279,14 +284,29 @@ async def find(
     top = [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
     with timed("views"):
         items = await _views(session, scope, top)
-    with timed("pending"):
-        pending = await jobs.count_open(session, scope, kinds=["embed", "reindex"])
     groups = []
     if data.deep:
         anchor_ids = [] if data.include_self or not data.similar_to else [anchor]
         with timed("deep"):
             groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
     return SearchResult(items=items, pending_embedding=pending, mode=mode, deep_groups=groups)
+
+
+async def _full_text(
+    session: AsyncSession,
+    scope: Scope,
+    query: str,
+    kinds: list[str],
+    filters: repo.Filters,
+    limit: int,
+) -> list[repo.Hit]:
+    terms = await fulltext.read_question(session, scope, query)
+    if terms is None:
+        return []
+    stage = await fulltext.full_text(
+        session, scope, terms, kinds=kinds, filters=filters, limit=max(limit * 10, 100)
+    )
+    return stage.hits
 
 
 async def _deep(

@@ -67,10 +67,15 @@ async def insert_project(session: AsyncSession, tenant: TenantScope, slug: str) 
     return await session.get(Project, (tenant.tenant_id, project_id))
 
 
-async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
-    value = await session.scalar(
-        select(Project.settings).where(
-            Project.tenant_id == scope.tenant_id, Project.id == scope.project_id
-        )
+def project_settings_query(scope: Scope) -> Any:
+    """The project's settings as a scalar subquery (to read with other values)."""
+    return (
+        select(Project.settings)
+        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
+        .scalar_subquery()
     )
+
+
+async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
+    value = await session.scalar(select(project_settings_query(scope)))
     return dict(value or {})

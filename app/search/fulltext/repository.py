@@ -1,0 +1,412 @@
+"""All SQL of find's full-text stage: reading a question against a project's
+word counts, picking candidates through the GIN index, scoring them with
+BM25, and the worker's recount of those word counts.
+
+Questions are natural language: any of their (stemmed, non-stop) words may
+match, and notes matching more of them rank higher. Requiring all of them,
+as web search syntax does, finds almost nothing for a question.
+
+Cost is what matters at scale: a paragraph-long question ORs a dozen words,
+and in a big project that matches tens of thousands of notes. So the stage
+does not score every match. It scores the notes holding one of the
+question's rarest words (together in at most ``FTS_CANDIDATES`` notes) or
+at least two of its other words; every other match holds exactly one word
+``w`` of the rest and scores at most ``(k1 + 1) * idf(w)``. When the tenth
+best candidate already scores more than that bound, the top ten are exact
+BM25 over all matches; when not, the stage asks again with those words on
+their own (``Stage.widened`` counts how often, bench/search.py reports it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Text,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    text,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.models import Note, NoteVersion, Part, Project, TermStat
+from app.search.repository import Filters, Hit, joins_note, note_filters, tag_values
+
+FTS_CONFIG = "english"
+MAX_TERMS = 12
+FTS_CANDIDATES = 1000  # notes scored per question at most; beyond, ts_rank picks which
+STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
+N_CAP = 100_000  # counting a project's notes (before the worker's count) stops here
+LENGTH_SAMPLE = 200  # notes read for the average length before the worker's count
+K1, B = 1.2, 0.75  # BM25, as keepmem_bm25 (migration 0005) computes it
+EXACT_AT = 10  # the top this many are exact BM25 (see the module docstring)
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """A question read against one project's word counts."""
+
+    groups: tuple[tuple[str, ...], ...]  # per question word its lexemes (compounds have several)
+    df: dict[str, int]  # lexeme -> how many of the project's notes hold it
+    common: frozenset[str]  # lexemes left out of long questions
+    total: int  # notes in the project
+    avgdl: float  # their average length in lexemes
+
+    def idf(self, lexeme: str) -> float:
+        # Robertson-Sparck Jones, floored as SQLite FTS5 does: a word in over
+        # half the notes (a speaker's name on every turn) tells nothing.
+        df = self.df.get(lexeme, 1)
+        total = max(self.total, df)
+        return max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)
+
+
+@dataclass(slots=True)
+class Stage:
+    """What the stage found, and how it got there (for benchmarks and tests)."""
+
+    hits: list[Hit]
+    scored: int = 0  # candidates scored by BM25
+    widened: bool = False  # a second pass was needed for exactness
+    exact: bool = True  # the top EXACT_AT are exact BM25 over every match
+
+
+_LEXEME = re.compile(r"'((?:[^']|'')*)'")
+
+
+def _lexemes(group: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.replace("''", "'") for m in _LEXEME.findall(group)))
+
+
+async def read_question(session: AsyncSession, scope: Scope, query: str) -> Terms | None:
+    """The question's words and this project's counts of them, in one round trip.
+
+    Counts come from the worker's last recount (``term_stats``) where there is
+    one; a word missing from it is rarer than STATS_FLOOR and is counted here,
+    up to that. Before the first recount everything is counted here."""
+    row = (
+        await session.execute(
+            text(
+                """
+                WITH p AS (
+                  SELECT term_stats_at, term_stats_notes, term_stats_avgdl FROM projects
+                  WHERE tenant_id = :t AND id = :p),
+                w AS (
+                  SELECT DISTINCT word
+                  FROM unnest(tsvector_to_array(to_tsvector(CAST(:config AS regconfig), :q)))
+                       AS word)
+                SELECT
+                  CAST(plainto_tsquery(CAST(:config AS regconfig), :q) AS text),
+                  coalesce((SELECT term_stats_notes FROM p),
+                           (SELECT count(*) FROM (SELECT 1 FROM notes
+                              WHERE tenant_id = :t AND project_id = :p LIMIT :cap) s)),
+                  coalesce((SELECT term_stats_avgdl FROM p),
+                           (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
+                              WHERE tenant_id = :t AND project_id = :p LIMIT :sample) s)),
+                  array(SELECT word FROM w ORDER BY word),
+                  array(SELECT coalesce(s.ndoc,
+                           (SELECT count(*) FROM (SELECT 1 FROM notes
+                              WHERE tenant_id = :t AND project_id = :p
+                                AND fts @@ to_tsquery('simple', quote_literal(w.word))
+                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :cap
+                                                 ELSE :floor END FROM p)) c))
+                        FROM w LEFT JOIN term_stats s
+                          ON s.tenant_id = :t AND s.project_id = :p AND s.lexeme = w.word
+                        ORDER BY w.word),
+                  array(SELECT s.lexeme FROM term_stats s
+                        WHERE s.tenant_id = :t AND s.project_id = :p AND s.common
+                          AND s.lexeme IN (SELECT word FROM w))
+                """
+            ),
+            {
+                "t": scope.tenant_id,
+                "p": scope.project_id,
+                "q": query,
+                "config": FTS_CONFIG,
+                "cap": N_CAP,
+                "floor": STATS_FLOOR,
+                "sample": LENGTH_SAMPLE,
+            },
+        )
+    ).one()
+    parsed, total, avgdl, words, counts, common = row
+    # "'word' & 'other' & 'e-mail' <-> 'e' <-> 'mail'": one group per word.
+    groups = tuple(
+        dict.fromkeys(_lexemes(g) for g in (parsed or "").split(" & ") if g.strip() and _lexemes(g))
+    )
+    if not groups:
+        return None
+    df = {w: int(c or 0) for w, c in zip(words or [], counts or [], strict=True)}
+    total = max(int(total or 0), max(df.values(), default=0))
+    return Terms(groups, df, frozenset(common or []), total, float(avgdl or 1.0))
+
+
+def _choose(terms: Terms) -> list[tuple[str, ...]]:
+    """At most MAX_TERMS of the question's words, rarest first, common ones
+    left out (unless every word is common)."""
+    rare = [g for g in terms.groups if not set(g) <= terms.common]
+    chosen = rare or list(terms.groups)
+    return sorted(chosen, key=lambda g: min(terms.df.get(x, 0) for x in g))[:MAX_TERMS]
+
+
+def _char(weight: str) -> Any:
+    return literal_column(f"'{weight}'::\"char\"")
+
+
+def _word(group: tuple[str, ...]) -> str:
+    quoted = ["'" + x.replace("'", "''") + "'" for x in group]
+    return quoted[0] if len(quoted) == 1 else "(" + " <-> ".join(quoted) + ")"
+
+
+def _bound(terms: Terms, group: tuple[str, ...]) -> float:
+    """The most a note holding only this word can score: (k1 + 1) * idf."""
+    return (K1 + 1) * sum(terms.idf(x) for x in group)
+
+
+def _plan(terms: Terms) -> tuple[str, list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The candidates' tsquery, the words it holds alone, and the others."""
+    chosen = _choose(terms)
+    if not set().union(*chosen) - terms.common and len(chosen) > 1:
+        # Every word is common: all of them must match (cheap in the GIN index).
+        return " & ".join(_word(g) for g in chosen), chosen, []
+    alone: list[tuple[str, ...]] = []
+    seen = 0
+    for g in chosen:  # rarest first
+        df = max(terms.df.get(x, 0) for x in g)
+        if alone and seen + df > FTS_CANDIDATES:
+            break
+        alone.append(g)
+        seen += df
+    rest = chosen[len(alone) :]
+    parts = [_word(g) for g in alone]
+    parts += [f"{_word(a)} & {_word(b)}" for a, b in combinations(rest, 2)]
+    return " | ".join(parts), alone, rest
+
+
+async def full_text(
+    session: AsyncSession,
+    scope: Scope,
+    terms: Terms,
+    *,
+    kinds: Sequence[str],
+    filters: Filters,
+    limit: int,
+    exact: bool = False,
+) -> Stage:
+    """Full-text matches (notes, parts, versions), best BM25 score first.
+
+    ``exact`` scores every match (benchmarks compare the two)."""
+    alone: list[tuple[str, ...]] = []
+    rest: list[tuple[str, ...]] = []
+    if exact:
+        query = " | ".join(_word(g) for g in _choose(terms))
+    else:
+        query, alone, rest = _plan(terms)
+    scored = list(dict.fromkeys(x for g in alone + rest or _choose(terms) for x in g))
+    hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, exact)
+    stage = Stage(hits, scored=n)
+    if rest:
+        # Notes outside the candidates hold one of ``rest`` and nothing else.
+        theta = hits[EXACT_AT - 1].score if len(hits) >= EXACT_AT else 0.0
+        loose = [g for g in rest if _bound(terms, g) > theta]
+        if loose:
+            query = " | ".join([query] + [_word(g) for g in loose])
+            hits, n = await _scored(
+                session, scope, terms, query, scored, kinds, filters, limit, exact
+            )
+            stage = Stage(hits, scored=n, widened=True)
+    stage.exact = exact or stage.scored < FTS_CANDIDATES
+    return stage
+
+
+async def _scored(
+    session: AsyncSession,
+    scope: Scope,
+    terms: Terms,
+    query: str,
+    lexemes: list[str],
+    kinds: Sequence[str],
+    filters: Filters,
+    limit: int,
+    exact: bool,
+) -> tuple[list[Hit], int]:
+    """BM25 of the notes (parts, versions) matching ``query``, in one statement:
+    at most FTS_CANDIDATES of them (the best by the cheap ``ts_rank``), unless
+    ``exact``."""
+    # The lexemes are already stemmed: 'simple' reads them unchanged. A scalar
+    # subquery is evaluated once per query (an InitPlan), not once per row.
+    tsq = select(func.to_tsquery("simple", query)).scalar_subquery()
+    wanted = literal(lexemes, ARRAY(Text))
+    sources: list[Any] = []
+    entity: Any
+    for kind, entity, ref, updated, created in (
+        ("note", Note, literal(0), Note.updated_at, Note.created_at),
+        ("part", Part, Part.part_num, Note.updated_at, Note.created_at),
+        (
+            "version",
+            NoteVersion,
+            NoteVersion.version,
+            NoteVersion.updated_at,
+            NoteVersion.created_at,
+        ),
+    ):
+        if kind not in kinds:
+            continue
+        note_id = Note.id if entity is Note else entity.note_id
+        # Only the question's words of the document, with their positions:
+        # mark them (weight A, the rest D) and keep the marked ones.
+        own = func.ts_filter(
+            func.setweight(func.setweight(entity.fts, _char("D")), _char("A"), wanted),
+            literal_column("""'{a}'::"char"[]"""),
+        )
+        matches = select(
+            note_id.label("id"),
+            literal(kind).label("kind"),
+            ref.label("ref"),
+            updated.label("updated_at"),
+            created.label("created_at"),
+            Note.tag_index.label("tag_index"),
+            func.length(entity.fts).label("len"),
+            own.label("own"),
+        )
+        if entity is not Note:
+            matches = matches.join(Note, joins_note(entity, entity.note_id))
+        matches = matches.where(*note_filters(scope, filters), entity.fts.op("@@")(tsq))
+        if not exact:
+            matches = matches.order_by(func.ts_rank(entity.fts, tsq).desc()).limit(FTS_CANDIDATES)
+        sources.append(matches)
+    if not sources:
+        return [], 0
+    source: Any = sources[0]
+    if len(sources) > 1:
+        source = union_all(*sources)
+    cand = source.subquery("cand")
+    # BM25 (k1 1.2, b 0.75) of every candidate at once: one row per (candidate,
+    # question word it holds), summed. Set-based, it costs a few microseconds a
+    # candidate; a function called per row (migration 0005's) cost ten times that.
+    held = func.unnest(cand.c.own).table_valued("lexeme", "positions", "weights").lateral("u")
+    asked = func.unnest(wanted, literal([terms.idf(x) for x in lexemes], ARRAY(Float)))
+    q = asked.table_valued("lexeme", "idf").render_derived(name="q")
+    tf = func.cardinality(held.c.positions)
+    norm = K1 * (1 - B + B * cand.c.len / max(terms.avgdl, 1.0))
+    rank = func.sum(q.c.idf * tf * (K1 + 1) / (tf + norm)).label("r")
+    keys = [cand.c.id, cand.c.kind, cand.c.ref]
+    stmt = (
+        select(
+            *keys,
+            cand.c.updated_at,
+            cand.c.created_at,
+            cand.c.tag_index,
+            rank,
+            func.count().over().label("n"),
+        )
+        .select_from(cand.join(held, true()).join(q, q.c.lexeme == held.c.lexeme))
+        .group_by(*keys, cand.c.updated_at, cand.c.created_at, cand.c.tag_index)
+        .order_by(rank.desc(), cand.c.id)
+        .limit(limit)
+    )
+    rows = (await session.execute(stmt)).all()
+    hits = [Hit(r[0], r[1], r[2], float(r[6]), r[3], r[4], tag_values(r[5])) for r in rows]
+    return hits, int(rows[0][7]) if rows else 0
+
+
+async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:
+    """Recount the document frequency of every lexeme in at least STATS_FLOOR of
+    the project's notes, marking those in more than ``min_notes`` as common,
+    and the project's size and average note length (all of its notes are
+    read: a background job). Returns how many words are common."""
+    await session.execute(
+        delete(TermStat).where(
+            TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
+        )
+    )
+    # ts_stat runs this query with the caller's rights, under row-level
+    # security; the ids are UUIDs, so formatting them in is safe.
+    inner = (
+        "SELECT fts FROM notes WHERE tenant_id = "
+        f"'{uuid.UUID(str(scope.tenant_id))}' AND project_id = '{uuid.UUID(str(scope.project_id))}'"
+    )
+    await session.execute(
+        text(
+            "INSERT INTO term_stats (tenant_id, project_id, lexeme, ndoc, common) "
+            "SELECT :t, :p, word, ndoc, ndoc > :min FROM ts_stat(:inner) "
+            "WHERE ndoc >= :floor OR ndoc > :min"
+        ),
+        {
+            "t": scope.tenant_id,
+            "p": scope.project_id,
+            "inner": inner,
+            "min": min_notes,
+            "floor": STATS_FLOOR,
+        },
+    )
+    found = int(
+        await session.scalar(
+            select(func.count()).where(
+                TermStat.tenant_id == scope.tenant_id,
+                TermStat.project_id == scope.project_id,
+                TermStat.common,
+            )
+        )
+        or 0
+    )
+    total, avgdl = (
+        await session.execute(
+            select(func.count(), func.avg(func.length(Note.fts))).where(
+                Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id
+            )
+        )
+    ).one()
+    await session.execute(
+        update(Project)
+        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
+        .values(
+            term_stats_at=func.now(),
+            term_stats_notes=total,
+            term_stats_avgdl=float(avgdl) if avgdl is not None else None,
+        )
+    )
+    return found
+
+
+async def projects_needing_term_stats(
+    session: AsyncSession, *, min_notes: int, max_age_seconds: float, limit: int = 100
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Projects of at least ``min_notes`` notes whose words were never
+    counted, or not for ``max_age_seconds``, and no count already queued (system)."""
+    rows = await session.execute(
+        text(
+            """
+            SELECT p.tenant_id, p.id FROM projects p
+            WHERE (p.term_stats_at IS NULL
+                   OR p.term_stats_at < now() - make_interval(secs => :age))
+              AND NOT EXISTS (
+                  SELECT 1 FROM jobs j
+                  WHERE j.tenant_id = p.tenant_id AND j.project_id = p.id
+                    AND j.kind = 'term_stats'
+                    AND j.status IN ('pending', 'dispatched', 'running'))
+              AND (SELECT count(*) FROM (
+                      SELECT 1 FROM notes n
+                      WHERE n.tenant_id = p.tenant_id AND n.project_id = p.id
+                      LIMIT :min) s) >= :min
+            ORDER BY p.term_stats_at NULLS FIRST
+            LIMIT :limit
+            """
+        ),
+        {"age": max_age_seconds, "min": min_notes, "limit": limit},
+    )
+    return [(r[0], r[1]) for r in rows]
