@@ -3,6 +3,8 @@ note stored or refused on its own."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 
 async def test_batch_stores_each_note_or_says_why(client, tenant) -> None:
     notes = [{"id": f"turn-{i}", "content": f"turn {i} of the talk", "tags": {"talk": "t1"}}
@@ -31,3 +33,72 @@ async def test_batch_limits(client, tenant) -> None:
     many = [{"content": f"n{i}"} for i in range(101)]
     r = await client.post("/v1/notes/batch", json={"notes": many}, headers=tenant.headers)
     assert r.status_code == 422
+
+
+async def _state(client, headers) -> dict:
+    """Everything a put leaves behind that a client can see: notes (with
+    stubs), their tags and pending work, their versions."""
+    listed = await client.get("/v1/notes", params={"limit": 1000}, headers=headers)
+    out = {}
+    for n in listed.json()["notes"]:
+        path = "/v1/notes/" + quote(n["id"], safe="")
+        got = (await client.get(path, headers=headers)).json()
+        versions = (await client.get(path + "/versions", headers=headers)).json()
+        user_tags = {k: v for k, v in got["tags"].items() if not k.startswith("_")}
+        out[n["id"]] = (
+            got["summary"],
+            user_tags,
+            sorted(got.get("pending", [])),
+            [v["summary"] for v in versions["versions"]],
+        )
+    return out
+
+
+async def test_a_batch_leaves_what_the_same_puts_one_by_one_leave(client, tenant) -> None:
+    """New notes go in together; notes that exist, repeated ids and refusals
+    take the single put's path, in order. The outcome (results and stored
+    state) must be the one-by-one outcome."""
+    await client.post(
+        "/v1/notes", json={"id": "old", "content": "first text"}, headers=tenant.project("one")
+    )
+    await client.post(
+        "/v1/notes", json={"id": "old", "content": "first text"}, headers=tenant.project("many")
+    )
+    notes = [
+        {"id": "a", "content": "alpha", "tags": {"topic": "greek", "speaker": "Ada"}},
+        {"id": "old", "content": "second text", "tags": {"topic": "changed"}},
+        {"id": "b", "content": "beta", "tags": {"speaker": "a"}},  # an edge to a note here
+        {"id": "a", "content": "alpha again"},  # the same id: a new version of "a"
+        {"id": "bad;id", "content": "refused"},
+        {"id": "c", "content": "gamma", "tags": {"bad key!": "x"}},  # refused tags
+        {"content": "no id: the id is the content's hash"},
+        {"id": "d", "content": "x" * 3000},  # long: a summary job
+    ]
+    one_by_one = []
+    for note in notes:
+        r = await client.post("/v1/notes", json=note, headers=tenant.project("one"))
+        one_by_one.append((r.status_code, r.json().get("id") if r.status_code == 200 else None))
+    r = await client.post("/v1/notes/batch", json={"notes": notes}, headers=tenant.project("many"))
+    assert r.status_code == 200, r.text
+    batched = [(x["status"], x["note"]["id"] if x["note"] else None) for x in r.json()["results"]]
+    assert batched == one_by_one
+    assert [s for s, _ in batched].count(400) == 2
+    assert await _state(client, tenant.project("many")) == await _state(
+        client, tenant.project("one")
+    )
+    versions = await client.get("/v1/notes/a/versions", headers=tenant.project("many"))
+    assert [v["summary"] for v in versions.json()["versions"]] == ["alpha"]
+    stub = await client.get("/v1/notes/Ada", headers=tenant.project("many"))
+    assert stub.status_code == 200 and stub.json()["summary"] == ""
+
+
+async def test_a_batch_of_new_notes_queues_their_work(client, tenant) -> None:
+    notes = [{"id": f"n{i}", "content": f"note number {i}"} for i in range(50)]
+    r = await client.post("/v1/notes/batch", json={"notes": notes}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["stored"] == 50
+    assert all("embed" in x["note"]["pending"] for x in r.json()["results"])
+    changes = await client.get(
+        "/v1/export/changes", params={"cursor": "0", "limit": 500}, headers=tenant.headers
+    )
+    inserted = [c for c in changes.json()["events"] if c["mutation"] == "doc_insert"]
+    assert {c["entity_id"] for c in inserted} >= {f"n{i}" for i in range(50)}

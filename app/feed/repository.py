@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -26,6 +27,28 @@ async def record(
             mutation=mutation,
             entity_id=entity_id,
             payload=payload or {},
+        )
+    )
+
+
+async def record_many(
+    session: AsyncSession, scope: Scope, *, mutation: str, entity_ids: Sequence[str]
+) -> None:
+    """One change of the same kind for each entity, in one statement."""
+    if not entity_ids:
+        return
+    await session.execute(
+        insert(Change).values(
+            [
+                {
+                    "tenant_id": scope.tenant_id,
+                    "project_id": scope.project_id,
+                    "mutation": mutation,
+                    "entity_id": entity_id,
+                    "payload": {},
+                }
+                for entity_id in entity_ids
+            ]
         )
     )
 

@@ -47,6 +47,30 @@ async def enqueue(
     return int(job_id)
 
 
+async def enqueue_new(
+    session: AsyncSession, scope: Scope, jobs: Sequence[tuple[JobKind, str, dict[str, Any], int]]
+) -> None:
+    """Jobs (kind, note id, payload, priority) for notes that had no work yet
+    (new notes: nothing to supersede), in one statement."""
+    if not jobs:
+        return
+    await session.execute(
+        insert(Job).values(
+            [
+                {
+                    "tenant_id": scope.tenant_id,
+                    "project_id": scope.project_id,
+                    "kind": kind.value,
+                    "note_id": note_id,
+                    "payload": payload,
+                    "priority": priority,
+                }
+                for kind, note_id, payload, priority in jobs
+            ]
+        )
+    )
+
+
 async def cancel_for_note(
     session: AsyncSession, scope: Scope, note_id: str, *, kind: JobKind | None = None
 ) -> None:

@@ -53,15 +53,43 @@ async def sync_tag_edges(
     if is_system_id(note_id):
         return []
     verbs = await edges_repo.inverse_verbs(session, scope, user_tags.keys())
+    edges = _edges_of(note_id, user_tags, verbs)
+    await edges_repo.replace_from(session, scope, note_id, edges)
+    return await _vivify(session, scope, sorted({t for _, t in edges}))
+
+
+def _edges_of(
+    note_id: str, user_tags: Mapping[str, Any], verbs: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """(tag key, target note) of the note's edge tags."""
     edges: list[tuple[str, str]] = []
-    for key in sorted(verbs):
+    for key in sorted(verbs.keys() & user_tags.keys()):
         raw = user_tags[key]
         for value in raw if isinstance(raw, list) else [raw]:
             target = edge_target(str(value))
             if target and target != note_id and not is_system_id(target):
                 edges.append((key, target))
-    await edges_repo.replace_from(session, scope, note_id, edges)
-    return await _vivify(session, scope, sorted({t for _, t in edges}))
+    return edges
+
+
+async def sync_new_tag_edges(
+    session: AsyncSession, scope: Scope, tags_by_note: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """``sync_tag_edges`` for notes just made (no edges yet), many at once:
+    which tag keys are edge tags is asked once."""
+    keys = {k for tags in tags_by_note.values() for k in tags}
+    verbs = await edges_repo.inverse_verbs(session, scope, sorted(keys)) if keys else {}
+    if not verbs:
+        return []
+    targets: set[str] = set()
+    for note_id, user_tags in tags_by_note.items():
+        if is_system_id(note_id):
+            continue
+        found = _edges_of(note_id, user_tags, verbs)
+        if found:
+            await edges_repo.replace_from(session, scope, note_id, found)
+            targets.update(t for _, t in found)
+    return await _vivify(session, scope, sorted(targets))
 
 
 async def _vivify(session: AsyncSession, scope: Scope, targets: Sequence[str]) -> list[str]:

@@ -83,6 +83,34 @@ async def insert_note(
     )
 
 
+async def insert_notes(
+    session: AsyncSession, scope: Scope, rows: Sequence[tuple[str, dict[str, Any], str, str]]
+) -> dict[str, Note]:
+    """Insert new notes in one statement: (id, values, fts text, tag text) each.
+    Returns the notes inserted by id; an id that exists already is left out
+    (the caller updates it the way one put would)."""
+    if not rows:
+        return {}
+    stmt = (
+        pg_insert(Note)
+        .values(
+            [
+                {
+                    "tenant_id": scope.tenant_id,
+                    "project_id": scope.project_id,
+                    "id": note_id,
+                    "fts": _fts(fts_text, tag_text),
+                    **values,
+                }
+                for note_id, values, fts_text, tag_text in rows
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=["tenant_id", "project_id", "id"])
+        .returning(Note)
+    )
+    return {n.id: n for n in (await session.scalars(stmt)).all()}
+
+
 async def update_note(
     session: AsyncSession,
     scope: Scope,

@@ -10,19 +10,12 @@ commit and never import FastAPI or arq; SQL lives in the repositories.
 
 from __future__ import annotations
 
+from app.notes.batch import MAX_BATCH, BatchItem, put_many
 from app.notes.common import PENDING_TAG, valid_id
 from app.notes.history import DeleteResult, VersionEntry, delete, move, versions
 from app.notes.reading import ListInput, ListResult, count, get, list_notes, parts
-from app.notes.writing import (
-    MAX_BATCH,
-    BatchItem,
-    PutInput,
-    put,
-    put_many,
-    request_analysis,
-    seed_system_docs,
-    tag,
-)
+from app.notes.tagging import tag
+from app.notes.writing import PutInput, put, request_analysis, seed_system_docs
 from app.settings import Limits
 
 __all__ = [

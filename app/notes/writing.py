@@ -6,7 +6,7 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import AppError, BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
+from app.errors import BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
 from app.feed import repository as feed
 from app.ingest import sanitize
 from app.ingest import service as ingest
@@ -55,20 +55,29 @@ class PutInput:
     placeholder: str | None = None
 
 
-async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits) -> ItemView:
-    """Create or update a note with keep's versioning rules.
+@dataclass(frozen=True, slots=True)
+class WriteArgs:
+    """A put that passed every check, ready to write."""
 
-    A content change archives the previous state as a version; the same
-    content again (or only new tags) updates in place. Long content gets a
-    placeholder summary and a summarize job; every user note gets an embed job.
-    """
-    if await ingest.sanitizing(session, scope):
-        data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
+    note_id: str
+    content: str
+    summary: str | None
+    deletes: set[str]
+    adds: dict[str, list[str]]
+    created_override: datetime | None
+    force: bool
+    source: str
+    content_type: str
+    uri: str | None
+    placeholder: str | None = None
+
+
+def checked(data: PutInput, limits: Limits) -> WriteArgs:
+    """The checks of a put with content (no database needed): a refusal
+    raises the error the client gets."""
     content = data.content
     if content is None:
-        if data.uri is None:
-            raise BadRequest("put needs content or uri")
-        return await _put_by_uri(session, scope, data=data, limits=limits)
+        raise BadRequest("put needs content or uri")
     if len(content) > limits.max_content_chars:
         raise PayloadTooLarge(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
@@ -99,9 +108,7 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
             raise BadRequest(
                 f"invalid created_at {data.created_at[:80]!r}: use ISO-8601 ({exc})"
             ) from exc
-    view = await _write(
-        session,
-        scope,
+    return WriteArgs(
         note_id=note_id,
         content=content,
         summary=data.summary,
@@ -112,114 +119,176 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
         source="uri" if data.uri else "inline",
         content_type=data.content_type or "text/markdown",
         uri=data.uri,
-        limits=limits,
         placeholder=data.placeholder,
     )
+
+
+async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits) -> ItemView:
+    """Create or update a note with keep's versioning rules.
+
+    A content change archives the previous state as a version; the same
+    content again (or only new tags) updates in place. Long content gets a
+    placeholder summary and a summarize job; every user note gets an embed job.
+    """
+    if await ingest.sanitizing(session, scope):
+        data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
+    return await put_clean(session, scope, data=data, limits=limits)
+
+
+async def put_clean(
+    session: AsyncSession, scope: Scope, *, data: PutInput, limits: Limits
+) -> ItemView:
+    """``put`` of input already sanitised (or in a project that does not sanitise)."""
+    if data.content is None and data.uri is not None:
+        return await _put_by_uri(session, scope, data=data, limits=limits)
+    args = checked(data, limits)
+    view = await write(session, scope, args, limits=limits)
+    note_id = args.note_id
     if data.analyze and not is_system_id(note_id):
         # Hold the content for the analysis even when it did not change.
-        await repo.update_note(session, scope, note_id, values={"pending_content": content})
+        await repo.update_note(session, scope, note_id, values={"pending_content": args.content})
         await jobs.enqueue(
             session,
             scope,
             kind=JobKind.ANALYZE,
             note_id=note_id,
             priority=7,
-            payload={"content_hash": sha256_hex(content)},
+            payload={"content_hash": sha256_hex(args.content)},
         )
         view.pending = sorted({*view.pending, JobKind.ANALYZE.value})
     return view
 
 
-async def _write(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    note_id: str,
-    content: str,
-    summary: str | None,
-    deletes: set[str],
-    adds: dict[str, list[str]],
-    created_override: datetime | None,
-    force: bool,
-    source: str,
-    content_type: str,
-    uri: str | None,
-    limits: Limits,
-    placeholder: str | None = None,
-) -> ItemView:
-    now = utcnow()
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """What a put stores for a note that does not exist yet."""
+
+    values: dict[str, Any]
+    fts_text: str
+    tag_text: str
+    user_tags: dict[str, Any]
+    stored_system: dict[str, Any]
+    summary: str
+    system_note: bool
+    needs_summary: bool
+    content_hash: str
+    pending_content: str | None
+
+
+def fresh(args: WriteArgs, limits: Limits, now: datetime) -> Fresh:
+    """The row of a new note for a checked put."""
+    content = args.content
     # A placeholder is neither embedded nor summarised: the real text follows.
-    system_note = is_system_id(note_id) or placeholder is not None
+    system_note = is_system_id(args.note_id) or args.placeholder is not None
     content_hash = sha256_hex(content)
     needs_summary = False
-    explicit_summary = summary is not None
+    summary = args.summary
     if summary is None:
         if system_note or len(content) <= limits.max_summary_length:
             summary = content
         else:
             summary = content[: limits.max_summary_length] + "..."
             needs_summary = True
-
-    def merged_tags(existing: Note | None) -> dict[str, Any]:
-        try:
-            if existing is None:
-                return tagrules.apply_changes({}, add=adds)
-            old_user, _ = split_system(existing.tags)
-            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
-        except tagrules.InvalidTags as exc:
-            raise tag_error(exc) from exc
-
-    user_tags = merged_tags(None)
+    try:
+        user_tags = tagrules.apply_changes({}, add=args.adds)
+    except tagrules.InvalidTags as exc:
+        raise tag_error(exc) from exc
     stored_system: dict[str, Any] = {
-        "_source": source,
-        "_content_type": content_type,
+        "_source": args.source,
+        "_content_type": args.content_type,
         "_content_length": str(len(content)),
     }
-    if uri:
-        stored_system["_source_uri"] = uri
-    if placeholder:
-        stored_system[PENDING_TAG] = placeholder
+    if args.uri:
+        stored_system["_source_uri"] = args.uri
+    if args.placeholder:
+        stored_system[PENDING_TAG] = args.placeholder
     if not needs_summary:
         stored_system["_summarized_hash"] = content_hash[:10]
-    all_tags = {**user_tags, **stored_system}
-    fts_text = content[: limits.max_fts_chars]
-    tag_text = tag_words(note_id, user_tags)
     pending_content = content if (needs_summary or not system_note) else None
+    values = {
+        "summary": summary,
+        "tags": {**user_tags, **stored_system},
+        "tag_index": tagrules.index_terms(user_tags),
+        "content_hash": content_hash,
+        "content_type": args.content_type,
+        "source": args.source,
+        # An imported note keeps its own time: created then, unchanged since.
+        "created_at": args.created_override or now,
+        "updated_at": args.created_override or now,
+        "accessed_at": now,
+        "pending_content": pending_content,
+    }
+    return Fresh(
+        values=values,
+        fts_text=content[: limits.max_fts_chars],
+        tag_text=tag_words(args.note_id, user_tags),
+        user_tags=user_tags,
+        stored_system=stored_system,
+        summary=summary,
+        system_note=system_note,
+        needs_summary=needs_summary,
+        content_hash=content_hash,
+        pending_content=pending_content,
+    )
 
+
+async def write(
+    session: AsyncSession, scope: Scope, args: WriteArgs, *, limits: Limits
+) -> ItemView:
+    """Store a checked put: insert, or update an existing note (versioning)."""
+    now = utcnow()
+    new = fresh(args, limits, now)
+    note_id, content_hash = args.note_id, new.content_hash
     # Insert first (most puts make new notes); an existing note takes the
     # update path below, under a row lock, with its tags merged.
     inserted = await repo.insert_note(
         session,
         scope,
         note_id=note_id,
-        values={
-            "summary": summary,
-            "tags": all_tags,
-            "tag_index": tagrules.index_terms(user_tags),
-            "content_hash": content_hash,
-            "content_type": content_type,
-            "source": source,
-            # An imported note keeps its own time: created then, unchanged since.
-            "created_at": created_override or now,
-            "updated_at": created_override or now,
-            "accessed_at": now,
-            "pending_content": pending_content,
-        },
-        fts_text=fts_text,
-        tag_text=tag_text,
+        values=new.values,
+        fts_text=new.fts_text,
+        tag_text=new.tag_text,
     )
     if inserted is not None:
         queued = await after_insert(
             session,
             scope,
             note_id,
-            user_tags,
-            system_note=system_note,
-            needs_summary=needs_summary,
+            new.user_tags,
+            system_note=new.system_note,
+            needs_summary=new.needs_summary,
             content_hash=content_hash,
             limits=limits,
         )
         return note_view(inserted, changed=True, pending=queued)
+    return await _update(session, scope, args, new, limits=limits, now=now)
+
+
+async def _update(
+    session: AsyncSession,
+    scope: Scope,
+    args: WriteArgs,
+    new: Fresh,
+    *,
+    limits: Limits,
+    now: datetime,
+) -> ItemView:
+    """The put of a note that exists: a new version, or tags in place."""
+    note_id, content_hash, summary = args.note_id, new.content_hash, new.summary
+    deletes, adds = args.deletes, args.adds
+    stored_system, fts_text = new.stored_system, new.fts_text
+    system_note, needs_summary = new.system_note, new.needs_summary
+    pending_content, force = new.pending_content, args.force
+    content_type, source = args.content_type, args.source
+    created_override = args.created_override
+    explicit_summary = args.summary is not None
+
+    def merged_tags(existing: Note) -> dict[str, Any]:
+        try:
+            old_user, _ = split_system(existing.tags)
+            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
+        except tagrules.InvalidTags as exc:
+            raise tag_error(exc) from exc
 
     existing = await repo.get(session, scope, note_id, lock=True)
     assert existing is not None  # the insert conflicted, so it exists
@@ -309,7 +378,7 @@ async def _put_by_uri(
         raise tag_error(exc) from exc
     existing = await repo.get(session, scope, note_id)
     if existing is None:
-        view = await put(
+        view = await put_clean(
             session,
             scope,
             data=dataclasses.replace(
@@ -370,14 +439,10 @@ async def enqueue_processing(
     graph_extraction: bool = True,
 ) -> list[str]:
     """Outbox rows for the work a write causes, in the write's own transaction."""
-    if system_note:
-        return []
-    kinds = [JobKind.EMBED]
-    if needs_summary:
-        kinds.append(JobKind.SUMMARIZE)
-    if graph_extraction:
-        kinds.append(JobKind.EXTRACT_GRAPH)
-    for kind in kinds:
+    kinds = processing(
+        system_note=system_note, needs_summary=needs_summary, graph_extraction=graph_extraction
+    )
+    for kind, priority in kinds:
         await jobs.enqueue(
             session,
             scope,
@@ -385,12 +450,26 @@ async def enqueue_processing(
             note_id=note_id,
             payload={"content_hash": content_hash},
             supersede=existed,  # a new note has no older work to supersede
-            # Graph extraction waits behind embedding and summaries: a note is
-            # findable by meaning first (measured: run at the same priority it
-            # cut the embedding rate of bench/pipeline.py from 83 to 22 notes/s).
-            priority=jobs.BACKGROUND_PRIORITY if kind == JobKind.EXTRACT_GRAPH else 5,
+            priority=priority,
         )
-    return [k.value for k in kinds]
+    return [k.value for k, _ in kinds]
+
+
+def processing(
+    *, system_note: bool, needs_summary: bool, graph_extraction: bool
+) -> list[tuple[JobKind, int]]:
+    """The background work (kind, priority) a new or changed note needs."""
+    if system_note:
+        return []
+    kinds = [(JobKind.EMBED, 5)]
+    if needs_summary:
+        kinds.append((JobKind.SUMMARIZE, 5))
+    if graph_extraction:
+        # Graph extraction waits behind embedding and summaries: a note is
+        # findable by meaning first (measured: run at the same priority it
+        # cut the embedding rate of bench/pipeline.py from 83 to 22 notes/s).
+        kinds.append((JobKind.EXTRACT_GRAPH, jobs.BACKGROUND_PRIORITY))
+    return kinds
 
 
 async def create_now(session: AsyncSession, scope: Scope, note_id: str) -> Note | None:
@@ -409,9 +488,7 @@ async def write_text(
     session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
 ) -> ItemView:
     """A server-made note whose summary is its whole text (``now``, system notes)."""
-    return await _write(
-        session,
-        scope,
+    args = WriteArgs(
         note_id=note_id,
         content=body,
         summary=body,
@@ -422,74 +499,8 @@ async def write_text(
         source="inline",
         content_type="text/markdown",
         uri=None,
-        limits=Limits(),
     )
-
-
-# -- tag ----------------------------------------------------------------------
-
-
-async def tag(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    raw_id: str,
-    set_tags: Mapping[str, Any] | None = None,
-    remove: Sequence[str] | None = None,
-    remove_values: Mapping[str, Any] | None = None,
-) -> ItemView:
-    """Add values (``""`` removes a key), remove keys, remove single values.
-
-    Tags change in place: no version is archived.
-    """
-    note_id = valid_id(raw_id)
-    if set_tags and await ingest.sanitizing(session, scope):
-        set_tags = sanitize.clean_tags(set_tags)
-    try:
-        deletes, adds = tagrules.user_tag_changes(set_tags)
-        deletes |= tagrules.parse_key_list(remove)
-        drop_values = tagrules.parse_value_map(remove_values)
-    except tagrules.InvalidTags as exc:
-        raise tag_error(exc) from exc
-    note = await repo.get(session, scope, note_id, lock=True)
-    if note is None:
-        raise NoteNotFound(f"note not found: {raw_id}")
-    user, system = split_system(note.tags)
-    try:
-        new_user = tagrules.apply_changes(
-            user, add=adds, remove_keys=deletes, remove_values=drop_values
-        )
-    except tagrules.InvalidTags as exc:
-        raise tag_error(exc) from exc
-    if new_user == user:
-        return note_view(note, changed=False)
-    note = await repo.update_note(
-        session,
-        scope,
-        note_id,
-        values={
-            "tags": {**new_user, **system},
-            "tag_index": tagrules.index_terms(new_user),
-            "updated_at": utcnow(),
-        },
-        fts_text=note.pending_content,
-        tag_text=tag_words(note_id, new_user),
-    )
-    await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
-    await edges.sync_tag_edges(session, scope, note_id, new_user)
-    pending: list[str] = []
-    if note.pending_content is not None and note.summary != note.pending_content:
-        # Summaries may depend on tags (related notes as context): redo it. The
-        # current summary stays until the new one is ready.
-        await jobs.enqueue(
-            session,
-            scope,
-            kind=JobKind.SUMMARIZE,
-            note_id=note_id,
-            payload={"content_hash": note.content_hash},
-        )
-        pending.append(JobKind.SUMMARIZE.value)
-    return note_view(note, changed=True, pending=pending)
+    return await write(session, scope, args, limits=Limits())
 
 
 # -- seeding ------------------------------------------------------------------------
@@ -535,34 +546,3 @@ async def request_analysis(
     )
     open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
     return note_view(note, pending=open_jobs.get(note_id, []))
-
-
-MAX_BATCH = 100
-
-
-@dataclass(slots=True)
-class BatchItem:
-    """One note of a batch: the note, or why it was refused."""
-
-    view: ItemView | None = None
-    error: str | None = None
-    code: str | None = None
-    status: int = 200
-
-
-async def put_many(
-    session: AsyncSession, scope: Scope, *, items: Sequence[PutInput], limits: Limits
-) -> list[BatchItem]:
-    """Several puts in one transaction, each in a savepoint of its own: a
-    refused note (bad id, tags, size) is reported in its place and the others
-    are stored."""
-    if not 1 <= len(items) <= MAX_BATCH:
-        raise BadRequest(f"a batch holds 1 to {MAX_BATCH} notes, not {len(items)}")
-    out: list[BatchItem] = []
-    for data in items:
-        try:
-            async with session.begin_nested():
-                out.append(BatchItem(view=await put(session, scope, data=data, limits=limits)))
-        except AppError as exc:
-            out.append(BatchItem(error=exc.message, code=exc.code, status=exc.status_code))
-    return out

@@ -1,0 +1,126 @@
+"""Batch puts: many notes in one request and one transaction.
+
+New notes, the common case of an import, are written together: one INSERT
+for the notes, one for their change-feed entries, one for their jobs. A note
+that exists already, a put by URI, a put asking for analysis, and a second
+put of the same id in the batch each take the single put's path, in a
+savepoint of its own, so the result is what the same puts sent one by one
+would give. Each note is stored or refused on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.errors import AppError, BadRequest
+from app.feed import repository as feed
+from app.ingest import service as ingest
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
+from app.notes import edges
+from app.notes import repository as repo
+from app.notes.views import ItemView, note_view
+from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
+from app.settings import Limits
+from app.timeutil import utcnow
+
+MAX_BATCH = 100
+
+
+@dataclass(slots=True)
+class BatchItem:
+    """One note of a batch: the note, or why it was refused."""
+
+    view: ItemView | None = None
+    error: str | None = None
+    code: str | None = None
+    status: int = 200
+
+
+async def put_many(
+    session: AsyncSession, scope: Scope, *, items: Sequence[PutInput], limits: Limits
+) -> list[BatchItem]:
+    """Several puts in one transaction; a refused note (bad id, tags, size) is
+    reported in its place and the others are stored."""
+    if not 1 <= len(items) <= MAX_BATCH:
+        raise BadRequest(f"a batch holds 1 to {MAX_BATCH} notes, not {len(items)}")
+    if await ingest.sanitizing(session, scope):
+        items = [ingest.clean_fields(d, text=("content", "summary"), tags=("tags",)) for d in items]
+    out = [BatchItem() for _ in items]
+    together: dict[str, tuple[int, WriteArgs]] = {}  # note id -> (position, put)
+    alone: list[int] = []  # positions that take the single put's path, in order
+    for i, data in enumerate(items):
+        if data.content is None or data.analyze:
+            alone.append(i)
+            continue
+        try:
+            args = checked(data, limits)
+        except AppError as exc:
+            out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)
+            continue
+        if args.note_id in together:
+            alone.append(i)  # the same id again: after the first, as one by one
+        else:
+            together[args.note_id] = (i, args)
+    existing = await _insert_new(session, scope, together, out, limits)
+    # Single puts, in the order sent: notes that existed, then the rest.
+    for i in sorted(existing) + alone:
+        try:
+            async with session.begin_nested():
+                view = await put_clean(session, scope, data=items[i], limits=limits)
+                out[i] = BatchItem(view=view)
+        except AppError as exc:
+            out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)
+    return out
+
+
+async def _insert_new(
+    session: AsyncSession,
+    scope: Scope,
+    together: dict[str, tuple[int, WriteArgs]],
+    out: list[BatchItem],
+    limits: Limits,
+) -> list[int]:
+    """Insert the notes that do not exist yet, with their feed entries, tag
+    edges and jobs; returns the positions of those that existed."""
+    now = utcnow()
+    rows: dict[str, Fresh] = {}
+    for note_id, (i, args) in together.items():
+        try:
+            rows[note_id] = fresh(args, limits, now)
+        except AppError as exc:
+            out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)
+    inserted = await repo.insert_notes(
+        session,
+        scope,
+        [(note_id, new.values, new.fts_text, new.tag_text) for note_id, new in rows.items()],
+    )
+    await feed.record_many(session, scope, mutation="doc_insert", entity_ids=list(inserted))
+    queued: list[tuple[JobKind, str, dict[str, Any], int]] = []
+    pending: dict[str, list[str]] = {}
+    tagged: dict[str, dict[str, Any]] = {}
+    for note_id in inserted:
+        new = rows[note_id]
+        if new.user_tags:
+            tagged[note_id] = new.user_tags
+        kinds = processing(
+            system_note=new.system_note,
+            needs_summary=new.needs_summary,
+            graph_extraction=limits.graph_extraction,
+        )
+        payload: dict[str, Any] = {"content_hash": new.content_hash}
+        queued += [(kind, note_id, payload, priority) for kind, priority in kinds]
+        pending[note_id] = [k.value for k, _ in kinds]
+    await edges.sync_new_tag_edges(session, scope, tagged)
+    await jobs.enqueue_new(session, scope, queued)
+    for note_id, note in inserted.items():
+        i = together[note_id][0]
+        out[i] = BatchItem(view=note_view(note, changed=True, pending=pending[note_id]))
+    return [
+        i for note_id, (i, _) in together.items() if note_id in rows and note_id not in inserted
+    ]
