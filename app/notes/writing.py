@@ -442,15 +442,12 @@ async def enqueue_processing(
     kinds = processing(
         system_note=system_note, needs_summary=needs_summary, graph_extraction=graph_extraction
     )
-    for kind, priority in kinds:
+    payload = {"content_hash": content_hash}
+    if not existed:  # a new note has no older work to supersede: one statement
+        await jobs.enqueue_new(session, scope, [(k, note_id, payload, p) for k, p in kinds])
+    for kind, priority in kinds if existed else []:
         await jobs.enqueue(
-            session,
-            scope,
-            kind=kind,
-            note_id=note_id,
-            payload={"content_hash": content_hash},
-            supersede=existed,  # a new note has no older work to supersede
-            priority=priority,
+            session, scope, kind=kind, note_id=note_id, payload=payload, priority=priority
         )
     return [k.value for k, _ in kinds]
 

@@ -9,6 +9,7 @@ results the way filtering an approximate index scan afterwards would.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +18,6 @@ from typing import Any
 from sqlalchemy import (
     Float,
     and_,
-    case,
     cast,
     func,
     literal,
@@ -120,9 +120,8 @@ async def open_find(
     ms); a big one through the HNSW index with pgvector's iterative scan,
     which keeps reading the graph until enough rows pass the filters (relaxed
     order: ``semantic`` re-sorts). The planner's own estimate prefers the
-    exact path even at 20k rows (35 ms), so sorting is disabled for a big
-    project: the vector stage is then the only statement with a choice (the
-    others must sort whatever the setting). Every statement is planned with
+    exact path even at 20k rows (35 ms), so sorting is disabled (see below).
+    Every statement is planned with
     its own values: a generic plan cached on the connection ignores these
     settings (a big project's search ran as a full sort, seconds at 100k).
     Counting up to EXACT_BELOW costs milliseconds, so the caller may say that
@@ -144,7 +143,15 @@ async def open_find(
         "plan_cache_mode": literal("force_custom_plan"),
         "hnsw.iterative_scan": literal("relaxed_order"),
         "hnsw.ef_search": literal(str(max(40, min(candidates, 1000)))),
-        "enable_sort": case((count >= EXACT_BELOW, "off"), else_="on"),
+        # No statement of find has a choice between sorting and not but the
+        # two that must not sort: the HNSW path of a big project and the
+        # timeline probe (``neighbours_query``), which estimated on a few rows
+        # would rather read notes by time and sort the ties (an import stamped
+        # with one time is all ties: 150 ms a find at 1M). The exact path of a
+        # small project orders by an expression no index has, so it sorts
+        # whatever this says, as do the text stage's rankings.
+        "enable_sort": literal("off"),
+        "enable_incremental_sort": literal("off"),
     }
     configured = [func.set_config(name, value, True) for name, value in settings.items()]
     row = (await session.execute(select(count, *also, *configured))).one()
@@ -152,6 +159,13 @@ async def open_find(
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form; one find sends its query vector in up to three
+    statements, and formatting 384 floats costs more than half a millisecond."""
+    return _literal(tuple(vector))
+
+
+@functools.lru_cache(maxsize=256)
+def _literal(vector: tuple[float, ...]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
@@ -351,12 +365,16 @@ def neighbours_query(
             .where(
                 *note_filters(scope, filters),
                 Note.summary != "",  # no text (an edge's stub), no context
+                # The row comparison alone bounds the scan on the anchor's side:
+                # a second bound there (created_at <= the anchor's) is the one
+                # the index scan starts from, and a big import stamped with one
+                # time was then read note by note (250 ms at 1M, bench/search.py).
                 tuple_(Note.created_at, natural) < here
                 if before
                 else tuple_(Note.created_at, natural) > here,
-                Note.created_at.between(anchor.created_at - gap, anchor.created_at)
+                Note.created_at >= anchor.created_at - gap
                 if before
-                else Note.created_at.between(anchor.created_at, anchor.created_at + gap),
+                else Note.created_at <= anchor.created_at + gap,
             )
             .order_by(*order)
             .limit(1)

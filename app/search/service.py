@@ -100,7 +100,9 @@ def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> No
     """Record each hit's score for ``stage`` ("text" or "cosine")."""
     for hit in hits:
         key = (hit.note_id, hit.kind, hit.ref)
-        c = found.setdefault(key, Candidate(key, hit.created_at, hit.updated_at, tags=hit.tags))
+        c = found.get(key)
+        if c is None:
+            c = found[key] = Candidate(key, hit.created_at, hit.updated_at, tags=hit.tags)
         if getattr(c, stage) is None:
             setattr(c, stage, hit.score)
 
