@@ -6,15 +6,14 @@ Questions are natural language: any of their (stemmed, non-stop) words may
 match, and notes matching more of them rank higher. Requiring all of them,
 as web search syntax does, finds almost nothing for a question.
 
-Cost is what matters at scale: a paragraph-long question ORs a dozen words,
-and in a big project that matches tens of thousands of notes. So the stage
-does not score every match. It scores the notes holding one of the
-question's rarest words (together in at most ``FTS_CANDIDATES`` notes) or
-at least two of its other words; every other match holds exactly one word
-``w`` of the rest and scores at most ``(k1 + 1) * idf(w)``. When the tenth
-best candidate already scores more than that bound, the top ten are exact
-BM25 over all matches; when not, the stage asks again with those words on
-their own (``Stage.widened`` counts how often, bench/search.py reports it).
+Cost is what matters at scale. A word in more than ``fts_common_term_notes``
+of a project's notes is left out of a question (it would match a large part
+of a big project and tells little), at most MAX_TERMS words are kept, so a
+question matches at most a few thousand notes of any project. BM25 scores
+them set-based in SQL (a few microseconds each). Past FTS_CANDIDATES matches,
+the ones scored are the best by a cheap stand-in (``_presence``: BM25 as if
+each word occurred once); bench/search.py measures how often the top ten
+still equal exact BM25 over every match.
 """
 
 from __future__ import annotations
@@ -24,12 +23,13 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from typing import Any
 
 from sqlalchemy import (
     Float,
     Text,
+    case,
+    cast,
     delete,
     func,
     literal,
@@ -40,7 +40,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -49,12 +49,11 @@ from app.search.repository import Filters, Hit, joins_note, note_filters, tag_va
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
-FTS_CANDIDATES = 1000  # notes scored per question at most; beyond, ts_rank picks which
+FTS_CANDIDATES = 3000  # matches scored per question at most; beyond, _presence picks
 STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes (before the worker's count) stops here
 LENGTH_SAMPLE = 200  # notes read for the average length before the worker's count
 K1, B = 1.2, 0.75  # BM25, as keepmem_bm25 (migration 0005) computes it
-EXACT_AT = 10  # the top this many are exact BM25 (see the module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +79,8 @@ class Stage:
     """What the stage found, and how it got there (for benchmarks and tests)."""
 
     hits: list[Hit]
-    scored: int = 0  # candidates scored by BM25
-    widened: bool = False  # a second pass was needed for exactness
-    exact: bool = True  # the top EXACT_AT are exact BM25 over every match
+    scored: int = 0  # matches scored by BM25
+    exact: bool = True  # every match was scored (none left out by the cap)
 
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
@@ -163,6 +161,21 @@ def _choose(terms: Terms) -> list[tuple[str, ...]]:
     return sorted(chosen, key=lambda g: min(terms.df.get(x, 0) for x in g))[:MAX_TERMS]
 
 
+def _presence(fts: Any, terms: Terms, lexemes: Sequence[str]) -> Any:
+    """BM25 as if each word were there once: which of the question's words a
+    note holds (a binary search each), weighted by rarity, over its length.
+    Cheap enough for every match; picks the candidates that BM25 scores."""
+    held = [
+        case(
+            (fts.op("@@")(cast(literal("'" + x.replace("'", "''") + "'"), TSQUERY)), terms.idf(x)),
+            else_=0.0,
+        )
+        for x in lexemes
+    ]
+    norm = K1 * (1 - B + B * func.length(fts) / max(terms.avgdl, 1.0))
+    return sum(held[1:], held[0]) / (1 + norm)
+
+
 def _char(weight: str) -> Any:
     return literal_column(f"'{weight}'::\"char\"")
 
@@ -170,31 +183,6 @@ def _char(weight: str) -> Any:
 def _word(group: tuple[str, ...]) -> str:
     quoted = ["'" + x.replace("'", "''") + "'" for x in group]
     return quoted[0] if len(quoted) == 1 else "(" + " <-> ".join(quoted) + ")"
-
-
-def _bound(terms: Terms, group: tuple[str, ...]) -> float:
-    """The most a note holding only this word can score: (k1 + 1) * idf."""
-    return (K1 + 1) * sum(terms.idf(x) for x in group)
-
-
-def _plan(terms: Terms) -> tuple[str, list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """The candidates' tsquery, the words it holds alone, and the others."""
-    chosen = _choose(terms)
-    if not set().union(*chosen) - terms.common and len(chosen) > 1:
-        # Every word is common: all of them must match (cheap in the GIN index).
-        return " & ".join(_word(g) for g in chosen), chosen, []
-    alone: list[tuple[str, ...]] = []
-    seen = 0
-    for g in chosen:  # rarest first
-        df = max(terms.df.get(x, 0) for x in g)
-        if alone and seen + df > FTS_CANDIDATES:
-            break
-        alone.append(g)
-        seen += df
-    rest = chosen[len(alone) :]
-    parts = [_word(g) for g in alone]
-    parts += [f"{_word(a)} & {_word(b)}" for a, b in combinations(rest, 2)]
-    return " | ".join(parts), alone, rest
 
 
 async def full_text(
@@ -209,28 +197,17 @@ async def full_text(
 ) -> Stage:
     """Full-text matches (notes, parts, versions), best BM25 score first.
 
-    ``exact`` scores every match (benchmarks compare the two)."""
-    alone: list[tuple[str, ...]] = []
-    rest: list[tuple[str, ...]] = []
-    if exact:
-        query = " | ".join(_word(g) for g in _choose(terms))
-    else:
-        query, alone, rest = _plan(terms)
-    scored = list(dict.fromkeys(x for g in alone + rest or _choose(terms) for x in g))
+    Notes match any of the chosen words (all of them when every word is
+    common). All matches are scored when there are at most FTS_CANDIDATES of
+    them; beyond, the best by ``_presence`` are (``exact`` scores them all:
+    benchmarks compare the two)."""
+    chosen = _choose(terms)
+    every = not set().union(*chosen) - terms.common and len(chosen) > 1
+    # Every word common: all of them must match (cheap in the GIN index).
+    query = (" & " if every else " | ").join(_word(g) for g in chosen)
+    scored = list(dict.fromkeys(x for g in chosen for x in g))
     hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, exact)
-    stage = Stage(hits, scored=n)
-    if rest:
-        # Notes outside the candidates hold one of ``rest`` and nothing else.
-        theta = hits[EXACT_AT - 1].score if len(hits) >= EXACT_AT else 0.0
-        loose = [g for g in rest if _bound(terms, g) > theta]
-        if loose:
-            query = " | ".join([query] + [_word(g) for g in loose])
-            hits, n = await _scored(
-                session, scope, terms, query, scored, kinds, filters, limit, exact
-            )
-            stage = Stage(hits, scored=n, widened=True)
-    stage.exact = exact or stage.scored < FTS_CANDIDATES
-    return stage
+    return Stage(hits, scored=n, exact=exact or n < FTS_CANDIDATES)
 
 
 async def _scored(
@@ -287,7 +264,9 @@ async def _scored(
             matches = matches.join(Note, joins_note(entity, entity.note_id))
         matches = matches.where(*note_filters(scope, filters), entity.fts.op("@@")(tsq))
         if not exact:
-            matches = matches.order_by(func.ts_rank(entity.fts, tsq).desc()).limit(FTS_CANDIDATES)
+            matches = matches.order_by(_presence(entity.fts, terms, lexemes).desc()).limit(
+                FTS_CANDIDATES
+            )
         sources.append(matches)
     if not sources:
         return [], 0

@@ -1,0 +1,150 @@
+"""The paths find takes for speed at scale (bench/search.py measures them):
+BM25 scored set-based in SQL, the cap on scored matches, the one opening
+statement, cosines and timeline neighbours folded into other statements, and
+tenants kept apart on all of them."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from app.auth.scope import scope_for_job
+from app.search import repository as repo
+from app.search.fulltext import repository as fulltext
+from tests.test_pipeline import put, run_all
+from tests.test_search import find, ids
+
+WORDS = "amber basalt cobalt dune ember fjord glacier harbor island jungle".split()
+
+
+async def _scope(db, tenant):
+    async with db.tenant_transaction(tenant.id) as s:
+        project = (
+            await s.execute(text("SELECT id FROM projects WHERE tenant_id = :t"), {"t": tenant.id})
+        ).scalar_one()
+    return scope_for_job(tenant.id, project)
+
+
+async def _stage(db, tenant, query, *, exact=False):
+    scope = await _scope(db, tenant)
+    async with db.tenant_transaction(tenant.id) as s:
+        terms = await fulltext.read_question(s, scope, query)
+        assert terms is not None
+        stage = await fulltext.full_text(
+            s, scope, terms, kinds=["note"], filters=repo.Filters(), limit=100, exact=exact
+        )
+        # The reference: migration 0005's per-row function, same weights.
+        lexemes = sorted({x for g in terms.groups for x in g})
+        reference = dict(
+            (
+                await s.execute(
+                    text(
+                        "SELECT id, keepmem_bm25(fts, :lex, :idf, :avgdl) FROM notes "
+                        "WHERE tenant_id = :t"
+                    ),
+                    {
+                        "lex": lexemes,
+                        "idf": [terms.idf(x) for x in lexemes],
+                        "avgdl": terms.avgdl,
+                        "t": tenant.id,
+                    },
+                )
+            ).all()
+        )
+    return stage, reference
+
+
+async def test_set_based_bm25_equals_the_per_row_function(client, tenant, db) -> None:
+    for i in range(12):
+        words = " ".join(WORDS[j % len(WORDS)] for j in range(i, i + 3 + i % 4))
+        await put(client, tenant, id=f"n{i}", content=f"{words} {words if i % 3 else ''} end")
+    stage, reference = await _stage(db, tenant, "cobalt glacier harbor")
+    assert stage.exact and stage.scored == len(stage.hits) > 3
+    for hit in stage.hits:  # term frequency and length count exactly as before
+        assert hit.score == pytest.approx(reference[hit.note_id], rel=1e-9)
+    scores = [h.score for h in stage.hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_past_the_cap_the_rarest_words_pick_what_is_scored(
+    client, tenant, db, monkeypatch
+) -> None:
+    for i in range(20):
+        await put(client, tenant, id=f"common-{i}", content=f"amber basalt note {i}")
+    await put(client, tenant, id="rare", content="amber fjord")
+    monkeypatch.setattr(fulltext, "FTS_CANDIDATES", 5)
+    stage, reference = await _stage(db, tenant, "amber basalt fjord")
+    assert not stage.exact and len(stage.hits) == 5
+    best = max(reference, key=lambda k: reference[k])
+    assert best == "rare" and stage.hits[0].note_id == "rare"
+    full, _ = await _stage(db, tenant, "amber basalt fjord", exact=True)
+    assert full.exact and full.scored == 21
+    # The others tie: any five of them rank as well as the exact five.
+    assert [h.score for h in full.hits[:5]] == pytest.approx([h.score for h in stage.hits])
+
+
+async def test_same_ids_in_two_tenants_stay_apart_on_every_path(
+    client, tenant, other_tenant, make_pipeline
+) -> None:
+    """Same ids, same words: the text stage, the vector stage with the cosines
+    of text hits, and the timeline neighbours must each read only the
+    asker's rows."""
+    for t, marker in ((tenant, "mine"), (other_tenant, "theirs")):
+        for i in range(6):
+            await put(
+                client,
+                t,
+                id=f"turn-{i}",
+                content=f"{marker} {WORDS[i]} harbor meeting about the glacier trip {i}",
+                created_at=f"2023-05-08T13:0{i}:00",
+            )
+        await run_all(make_pipeline(), client, t)
+    for t, marker in ((tenant, "mine"), (other_tenant, "theirs")):
+        for stages in ("hybrid", "text", "vector"):
+            body = await find(client, t, query="glacier harbor cobalt", stages=stages)
+            assert len(ids(body)) == 6
+            assert all(n["summary"].startswith(marker) for n in body["notes"]), body
+
+
+async def test_the_opening_statement_sets_the_plan_for_the_find(client, tenant, db) -> None:
+    await put(client, tenant, id="a", content="one note")
+    scope = await _scope(db, tenant)
+    async with db.tenant_transaction(tenant.id) as s:
+        opening = await repo.open_find(s, scope, model="m", candidates=500)
+        settings = dict(
+            (
+                await s.execute(
+                    text(
+                        "SELECT name, setting FROM pg_settings WHERE name IN "
+                        "('plan_cache_mode', 'enable_sort', 'enable_incremental_sort')"
+                    )
+                )
+            ).all()
+        )
+        ef = (await s.execute(text("SHOW hnsw.ef_search"))).scalar_one()
+    assert opening.vectors == 0 and not opening.big
+    assert settings == {
+        "plan_cache_mode": "force_custom_plan",
+        "enable_sort": "off",
+        "enable_incremental_sort": "off",
+    }
+    assert ef == "500"
+    async with db.tenant_transaction(tenant.id) as s:  # transaction-local
+        assert (await s.execute(text("SHOW enable_sort"))).scalar_one() == "on"
+
+
+async def test_a_tenant_cannot_learn_another_tenants_word_counts(
+    client, tenant, other_tenant, db
+) -> None:
+    for i in range(30):
+        await put(client, tenant, id=f"w{i}", content=f"walrus number {i}")
+    async with db.tenant_transaction(tenant.id) as s:
+        await fulltext.refresh_term_stats(s, await _scope(db, tenant), min_notes=10)
+    await put(client, other_tenant, id="x", content="a walrus")
+    scope = await _scope(db, other_tenant)
+    async with db.tenant_transaction(other_tenant.id) as s:
+        terms = await fulltext.read_question(s, scope, "walrus")
+        own = (await s.execute(text("SELECT count(*) FROM notes"))).scalar_one()
+    # Its own counts (its note and its system notes), none of the first tenant's.
+    assert terms is not None and terms.df["walrus"] == 1 and terms.total == own < 30
+    assert not terms.common
