@@ -6,8 +6,10 @@
    texts in this process: the ceiling.
 2. Bulk: a worker running, N LoCoMo turns put over HTTP at concurrency 8;
    notes/s from the first put to the last note embedded, and its ratio to (1).
-   Drain: the same N notes put while the worker is paused, then notes/s from
-   resuming it to the last embedded: the pipeline's own overhead over (1).
+   The same through the batch endpoint (100 notes a request). Drain: the same
+   N notes put (in batches) while the worker is paused, which also gives the
+   batch endpoint's own rate, then notes/s from resuming it to the last
+   embedded: the pipeline's own overhead over (1).
 3. Steady load: puts paced at --rate per second for --seconds; put
    acknowledgement latency and put -> embedded latency, p50 / p95.
 4. Resident memory of the worker and API processes.
@@ -62,6 +64,31 @@ async def put_all(url: str, key: str, notes: list[dict], concurrency: int) -> li
             r.raise_for_status()
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
+    return latencies
+
+
+async def put_batches(
+    url: str, key: str, notes: list[dict], concurrency: int, size: int = 100
+) -> list[float]:
+    """POST /v1/notes/batch, ``size`` notes a request; latency per request."""
+    batches = [notes[i : i + size] for i in range(0, len(notes), size)]
+    latencies: list[float] = []
+    queue: asyncio.Queue[list[dict]] = asyncio.Queue()
+    for b in batches:
+        queue.put_nowait(b)
+    headers = {"Authorization": f"Bearer {key}"}
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            batch = queue.get_nowait()
+            t = time.perf_counter()
+            r = await client.post("/v1/notes/batch", json={"notes": batch}, headers=headers)
+            latencies.append((time.perf_counter() - t) * 1000)
+            r.raise_for_status()
+            assert r.json()["failed"] == 0, r.text
+
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
     return latencies
 
@@ -167,11 +194,33 @@ def main() -> None:
             "put_ack_ms_p95": pct(burst_acks, 95),
         }
 
+        # Bulk through the batch endpoint (100 notes a request, 2 at a time).
+        batched = [{"id": f"k{i}", "content": text + "  "} for i, text in enumerate(texts)]
+        t0 = time.perf_counter()
+        asyncio.run(put_batches(url, key, batched, 2))
+        t_put = time.perf_counter()
+        t_done = wait_embedded(stack, "k", len(batched))
+        throughput = len(batched) / (t_done - t0)
+        results["bulk_batches"] = {
+            "notes_per_s": throughput,
+            "ratio_to_batched_model": throughput / raw["batched_texts_per_s"],
+            "accepted_notes_per_s": len(batched) / (t_put - t0),
+        }
+
         # Drain: the same notes already in the outbox, the worker paused while
         # they are put (SIGSTOP), then timed from resume to the last embedded.
+        # The batch endpoint's own rate is measured here, the worker stopped.
         drain_notes = [{"id": f"d{i}", "content": text + " "} for i, text in enumerate(texts)]
         os.kill(worker.pid, signal.SIGSTOP)
-        asyncio.run(put_all(url, key, drain_notes, args.concurrency))
+        t0 = time.perf_counter()
+        batch_ms = asyncio.run(put_batches(url, key, drain_notes, 2))
+        results["batch_endpoint"] = {
+            "notes_per_s": len(drain_notes) / (time.perf_counter() - t0),
+            "request_ms_p50": pct(batch_ms, 50),
+            "request_ms_p95": pct(batch_ms, 95),
+            "notes_per_request": 100,
+            "concurrency": 2,
+        }
         t0 = time.perf_counter()
         os.kill(worker.pid, signal.SIGCONT)
         t_done = wait_embedded(stack, "d", len(drain_notes))

@@ -24,10 +24,18 @@ log = logging.getLogger("keepmem.worker")
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    niceness = get_settings().worker_nice
-    if niceness > 0:
+    settings = get_settings()
+    if settings.worker_nice > 0:
         # Background work yields the CPU to the API on shared machines.
-        os.nice(niceness)
+        os.nice(settings.worker_nice)
+    if settings.worker_idle_priority and hasattr(os, "SCHED_IDLE"):
+        # Stronger than any niceness: the model's threads (made later, so they
+        # inherit it) run only on CPU time nobody else wants, and a put is not
+        # kept waiting behind an embedding batch (bench/pipeline.py).
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError as exc:
+            log.warning("could not switch the worker to SCHED_IDLE: %s", exc)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
