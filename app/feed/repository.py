@@ -38,18 +38,17 @@ async def record_many(
     if not entity_ids:
         return
     await session.execute(
-        insert(Change).values(
-            [
-                {
-                    "tenant_id": scope.tenant_id,
-                    "project_id": scope.project_id,
-                    "mutation": mutation,
-                    "entity_id": entity_id,
-                    "payload": {},
-                }
-                for entity_id in entity_ids
-            ]
-        )
+        insert(Change),
+        [
+            {
+                "tenant_id": scope.tenant_id,
+                "project_id": scope.project_id,
+                "mutation": mutation,
+                "entity_id": entity_id,
+                "payload": {},
+            }
+            for entity_id in entity_ids
+        ],
     )
 
 

@@ -55,19 +55,18 @@ async def enqueue_new(
     if not jobs:
         return
     await session.execute(
-        insert(Job).values(
-            [
-                {
-                    "tenant_id": scope.tenant_id,
-                    "project_id": scope.project_id,
-                    "kind": kind.value,
-                    "note_id": note_id,
-                    "payload": payload,
-                    "priority": priority,
-                }
-                for kind, note_id, payload, priority in jobs
-            ]
-        )
+        insert(Job),
+        [
+            {
+                "tenant_id": scope.tenant_id,
+                "project_id": scope.project_id,
+                "kind": kind.value,
+                "note_id": note_id,
+                "payload": payload,
+                "priority": priority,
+            }
+            for kind, note_id, payload, priority in jobs
+        ],
     )
 
 
