@@ -28,6 +28,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -328,8 +329,11 @@ async def http_latency(
                 if "app" in parts:
                     server_ms.append(parts["app"][-1])
 
+        started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
     return {
+        "finds_per_s": len(questions) / elapsed,
         "server_p50": pct(server_ms, 50),
         "server_p95": pct(server_ms, 95),
         "server_p99": pct(server_ms, 99),
@@ -338,6 +342,23 @@ async def http_latency(
         "client_p99": pct(client_ms, 99),
         # where the server spent it (Server-Timing parts), p50 each
         "parts_p50": {name: pct(ms, 50) for name, ms in parts.items() if name != "app"},
+    }
+
+
+def memory(stack: Any, url: str, key: str) -> dict[str, float]:
+    """Resident memory of the API (after the finds above) and of a worker that
+    has loaded its model and embedded a put into the full table."""
+    import psutil
+
+    from bench.pipeline import put_all, wait_embedded
+
+    api = stack.procs[0]
+    worker = stack.start_worker()
+    asyncio.run(put_all(url, key, [{"id": "mem-probe", "content": "memory probe"}], 1))
+    wait_embedded(stack, "mem-probe", 1, timeout=300)
+    return {
+        "api_rss": psutil.Process(api.pid).memory_info().rss / 2**20,
+        "worker_rss": psutil.Process(worker.pid).memory_info().rss / 2**20,
     }
 
 
@@ -360,7 +381,7 @@ def main() -> None:
     parser.add_argument(
         "--skip",
         default="",
-        help="phases to skip, comma-separated: recall, text, latency, c8, small",
+        help="phases to skip, comma-separated: recall, text, latency, c8, small, memory",
     )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -536,6 +557,8 @@ def main() -> None:
                 http_latency(url, keys, qtexts, c, tag)
             )
         results["find_http_ms"] = lat
+        if "memory" not in skip:
+            results["memory_mb"] = memory(stack, url, big_key)
     print(json.dumps(results, indent=2))
 
 

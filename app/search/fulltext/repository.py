@@ -206,8 +206,13 @@ async def full_text(
     # Every word common: all of them must match (cheap in the GIN index).
     query = (" & " if every else " | ").join(_word(g) for g in chosen)
     scored = list(dict.fromkeys(x for g in chosen for x in g))
-    hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, exact)
-    return Stage(hits, scored=n, exact=exact or n < FTS_CANDIDATES)
+    # The counts say how many notes can match (the fewest of the words when
+    # all must match): well under the cap, there is no need to rank for it.
+    counts = [min(terms.df.get(x, 0) for x in g) for g in chosen]
+    may_match = min(counts) if every else sum(counts)
+    uncapped = exact or may_match <= FTS_CANDIDATES // 2
+    hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, uncapped)
+    return Stage(hits, scored=n, exact=uncapped or n < FTS_CANDIDATES)
 
 
 async def _scored(
@@ -219,11 +224,11 @@ async def _scored(
     kinds: Sequence[str],
     filters: Filters,
     limit: int,
-    exact: bool,
+    uncapped: bool,
 ) -> tuple[list[Hit], int]:
     """BM25 of the notes (parts, versions) matching ``query``, in one statement:
-    at most FTS_CANDIDATES of them (the best by the cheap ``ts_rank``), unless
-    ``exact``."""
+    all of them if ``uncapped``, else at most FTS_CANDIDATES (the best by
+    ``_presence``)."""
     # The lexemes are already stemmed: 'simple' reads them unchanged. A scalar
     # subquery is evaluated once per query (an InitPlan), not once per row.
     tsq = select(func.to_tsquery("simple", query)).scalar_subquery()
@@ -263,7 +268,7 @@ async def _scored(
         if entity is not Note:
             matches = matches.join(Note, joins_note(entity, entity.note_id))
         matches = matches.where(*note_filters(scope, filters), entity.fts.op("@@")(tsq))
-        if not exact:
+        if not uncapped:
             matches = matches.order_by(_presence(entity.fts, terms, lexemes).desc()).limit(
                 FTS_CANDIDATES
             )
