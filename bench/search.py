@@ -354,8 +354,9 @@ def memory(stack: Any, url: str, key: str) -> dict[str, float]:
 
     api = stack.procs[0]
     worker = stack.start_worker()
-    asyncio.run(put_all(url, key, [{"id": "mem-probe", "content": "memory probe"}], 1))
-    wait_embedded(stack, "mem-probe", 1, timeout=300)
+    probe = f"mem-probe-{uuid.uuid4().hex}"  # new each run: a reused stack has the old one
+    asyncio.run(put_all(url, key, [{"id": probe, "content": "memory probe"}], 1))
+    wait_embedded(stack, probe, 1, timeout=300)
     return {
         "api_rss": psutil.Process(api.pid).memory_info().rss / 2**20,
         "worker_rss": psutil.Process(worker.pid).memory_info().rss / 2**20,

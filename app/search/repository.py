@@ -17,7 +17,9 @@ from typing import Any
 
 from sqlalchemy import (
     Float,
+    Text,
     and_,
+    any_,
     cast,
     func,
     literal,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -80,6 +83,13 @@ def note_filters(scope: Scope, f: Filters) -> list[Any]:
     if f.exclude_ids:
         conds.append(Note.id.not_in(list(f.exclude_ids)))
     return conds
+
+
+def any_ids(note_ids: Sequence[str]) -> Any:
+    """``= ANY(one array parameter)``: unlike an IN list, the statement's text
+    does not change with the number of ids, so each connection prepares it
+    once (asyncpg), not once per list length."""
+    return any_(literal(list(note_ids), ARRAY(Text(collation="C"))))
 
 
 def joins_note(entity: Any, note_column: Any) -> Any:
@@ -266,7 +276,7 @@ def _cosines(scope: Scope, keys: Sequence[Key], qv: str, model: str, dim: int) -
         Embedding.project_id == scope.project_id,
         Embedding.model == model,
         Embedding.dim == dim,
-        Embedding.note_id.in_(sorted({k[0] for k in keys})),
+        Embedding.note_id == any_ids(sorted({k[0] for k in keys})),
         Embedding.kind.in_(sorted({k[1] for k in keys})),
     )
 
@@ -394,6 +404,6 @@ def neighbours_query(
         .where(
             anchor.c.tenant_id == scope.tenant_id,
             anchor.c.project_id == scope.project_id,
-            anchor.c.id.in_(list(note_ids)),
+            anchor.c.id == any_ids(note_ids),
         )
     )

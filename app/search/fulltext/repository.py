@@ -52,7 +52,7 @@ MAX_TERMS = 12
 FTS_CANDIDATES = 3000  # matches scored per question at most; beyond, _presence picks
 STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes (before the worker's count) stops here
-LENGTH_SAMPLE = 200  # notes read for the average length before the worker's count
+LENGTH_SAMPLE = 1000  # notes read for the average length before the worker's count
 K1, B = 1.2, 0.75  # BM25, as keepmem_bm25 (migration 0005) computes it
 
 
