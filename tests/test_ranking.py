@@ -198,6 +198,8 @@ async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> 
         await s.execute(text("SET LOCAL enable_seqscan = off"))
         project = await s.scalar(text("SELECT project_id FROM notes WHERE id = 'a'"))
         scope = scope_for_project(tenant.id, project, "default")
+        # find's own planner settings, which its opening statement sets
+        await repo.open_find(s, scope, model="m", candidates=200)
         stmt = repo.neighbours_query(scope, ["a"], filters=repo.Filters(), gap=td(hours=1))
         conn = await s.connection()
         compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
