@@ -130,9 +130,9 @@ async def open_find(
     which keeps reading the graph until enough rows pass the filters (relaxed
     order: ``semantic`` re-sorts). The planner's own estimate prefers the
     exact path even at 20k rows (35 ms), so sorting is disabled (see below).
-    Every statement is planned with
-    its own values: a generic plan cached on the connection ignores these
-    settings (a big project's search ran as a full sort, seconds at 100k).
+    Every statement is planned with its own values: a generic plan cached on
+    the connection ignores these settings (a big project's search ran as a
+    full sort, seconds at 100k).
     Counting up to EXACT_BELOW costs milliseconds, so the caller may say that
     it knows the project is big (``known_big``)."""
     counted = (
