@@ -116,13 +116,12 @@ class EmbeddedPostgres:
         """Memory settings for a server that has the machine to itself: the
         stock 128 MB of shared buffers hold neither a million notes' HNSW index
         nor their text, and every page read past them is a system call
-        (bench/search.py). A quarter of the memory, at most 8 GB
+        (bench/search.py). A quarter of the memory (the container's limit,
+        if lower), at most 8 GB
         (``KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB`` overrides); applying a change
         restarts the server once."""
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-        wanted = int(
-            os.environ.get("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB") or min(max(total // 4, 128), 8192)
-        )
+        total = _memory_mb()
+        wanted = shared_buffers_mb()
         current = int(
             self.psql(
                 "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
@@ -232,6 +231,25 @@ class EmbeddedPostgres:
         except subprocess.CalledProcessError as exc:
             log.warning("pg_ctl stop failed: %s", exc)
         self._server = None
+
+
+def shared_buffers_mb() -> int:
+    """What the embedded PostgreSQL's shared buffers are set to (see ``_tune``)."""
+    override = os.environ.get("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB")
+    return int(override) if override else min(max(_memory_mb() // 4, 128), 8192)
+
+
+def _memory_mb() -> int:
+    """The memory this machine, or the container it runs in, may use (MB)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():  # "max": no limit
+            total = min(total, int(raw))
+    return int(total // 2**20)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -148,3 +148,17 @@ async def test_a_tenant_cannot_learn_another_tenants_word_counts(
     # Its own counts (its note and its system notes), none of the first tenant's.
     assert terms is not None and terms.df["walrus"] == 1 and terms.total == own < 30
     assert not terms.common
+
+
+def test_the_embedded_server_gets_a_quarter_of_the_memory(stack) -> None:
+    """Stock shared_buffers (128 MB) held neither a million notes' HNSW index
+    nor their text: the embedded stack sizes them to the machine (or its
+    container's limit), once, at first start."""
+    from app.embedded import _memory_mb, shared_buffers_mb
+
+    got = int(
+        stack.pg.psql("SELECT setting::bigint * 8 / 1024 FROM pg_settings "
+                      "WHERE name = 'shared_buffers'").strip()
+    )  # fmt: skip
+    assert got == shared_buffers_mb()  # applied: the server was restarted with it
+    assert 128 <= got <= max(_memory_mb() // 2, 128)
