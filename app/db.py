@@ -4,15 +4,10 @@ security) is ``app.tenancy``'s.
 
 from __future__ import annotations
 
-import logging
-import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
 
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -21,8 +16,6 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app.settings import Settings
-
-log = logging.getLogger("keepmem.db")
 
 
 def async_url(url: str) -> str:
@@ -44,23 +37,6 @@ class Database:
             pool_pre_ping=True,
         )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
-
-    def renice_local_backends(self, niceness: int) -> None:
-        """Give each new connection's server process this CPU niceness, when
-        the server runs on this machine (a Unix socket) and the process is a
-        PostgreSQL backend we may renice: the worker's database work (HNSW
-        inserts) then yields to the API's on a shared machine, as the worker
-        itself does. Anything else is left alone."""
-
-        @event.listens_for(self.engine.sync_engine, "connect")
-        def _renice(dbapi_connection: Any, _: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute("SELECT pg_backend_pid(), inet_server_addr() IS NULL")
-                pid, on_socket = cursor.fetchone()
-            finally:
-                cursor.close()
-            _renice_backend(int(pid), bool(on_socket), niceness)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -95,17 +71,6 @@ class Database:
 
         async with tenancy.system_transaction(self) as session:
             yield session
-
-
-def _renice_backend(pid: int, on_socket: bool, niceness: int) -> None:
-    if not on_socket or not hasattr(os, "setpriority"):
-        return  # a server elsewhere: that pid is not ours to touch
-    try:
-        if not Path(f"/proc/{pid}/comm").read_text().startswith("postgres"):
-            return
-        os.setpriority(os.PRIO_PROCESS, pid, niceness)
-    except OSError as exc:  # not permitted, gone, no /proc: leave it be
-        log.debug("could not renice backend %s: %s", pid, exc)
 
 
 # SQLSTATEs of a server that is gone or going: connection exceptions (class

@@ -153,13 +153,6 @@ class Settings(BaseSettings):
     worker_nice: int = Field(
         default=10, description="CPU niceness of worker processes: API requests come first."
     )
-    worker_idle_priority: bool = Field(
-        default=True,
-        description="On Linux, run the worker under SCHED_IDLE: it gets the CPU only when "
-        "nothing else (the API, the database) wants it; and when the database is on the "
-        "same machine (a Unix socket), its sessions for the worker run at niceness 19. "
-        "For machines the worker shares; a dedicated worker machine loses nothing by it.",
-    )
     reconcile_interval_seconds: float = 300.0
     fts_common_term_notes: int = Field(
         default=2000,

@@ -162,31 +162,3 @@ def test_the_embedded_server_gets_a_quarter_of_the_memory(stack) -> None:
     )  # fmt: skip
     assert got == shared_buffers_mb()  # applied: the server was restarted with it
     assert 128 <= got <= max(_memory_mb() // 2, 128)
-
-
-async def test_the_workers_database_sessions_yield_the_cpu(settings) -> None:
-    """On one machine the worker's own database work (vector inserts into
-    HNSW) yields to the API's, as the worker does: its backends are reniced."""
-    import os
-
-    from sqlalchemy import text as sql
-
-    from app.db import Database
-
-    db = Database(settings.database_url)
-    db.renice_local_backends(7)
-    try:
-        async with db.transaction() as s:
-            pid = (await s.execute(sql("SELECT pg_backend_pid()"))).scalar_one()
-        if os.geteuid() != 0 and os.stat(f"/proc/{pid}").st_uid != os.geteuid():
-            pytest.skip("this user may not renice the server's processes")
-        assert os.getpriority(os.PRIO_PROCESS, pid) == 7
-    finally:
-        await db.dispose()
-    other = Database(settings.database_url)  # the API's sessions are left alone
-    try:
-        async with other.transaction() as s:
-            pid = (await s.execute(sql("SELECT pg_backend_pid()"))).scalar_one()
-        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
-    finally:
-        await other.dispose()

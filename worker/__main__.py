@@ -28,14 +28,6 @@ def main() -> None:
     if settings.worker_nice > 0:
         # Background work yields the CPU to the API on shared machines.
         os.nice(settings.worker_nice)
-    if settings.worker_idle_priority and hasattr(os, "SCHED_IDLE"):
-        # Stronger than any niceness: the model's threads (made later, so they
-        # inherit it) run only on CPU time nobody else wants, and a put is not
-        # kept waiting behind an embedding batch (bench/pipeline.py).
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except OSError as exc:
-            log.warning("could not switch the worker to SCHED_IDLE: %s", exc)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

@@ -23,11 +23,8 @@ from app.settings import get_settings
 
 async def startup(ctx: dict[str, Any]) -> None:
     settings = get_settings()
-    db = Database.from_settings(settings)
-    if settings.worker_idle_priority:
-        db.renice_local_backends(19)
     pipeline = runner.Pipeline(
-        db=db,
+        db=Database.from_settings(settings),
         settings=settings,
         embedder=make_embedder(settings),
         summarizer=make_summarizer(settings),
