@@ -73,6 +73,8 @@ async def test_a_batch_leaves_what_the_same_puts_one_by_one_leave(client, tenant
         {"id": "c", "content": "gamma", "tags": {"bad key!": "x"}},  # refused tags
         {"content": "no id: the id is the content's hash"},
         {"id": "d", "content": "x" * 3000},  # long: a summary job
+        {"id": "u1", "uri": "https://example.com/doc"},  # by URI: a placeholder, a fetch
+        {"id": "u1", "content": "typed over the placeholder"},  # after it, as sent
     ]
     one_by_one = []
     for note in notes:

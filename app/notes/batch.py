@@ -54,17 +54,21 @@ async def put_many(
     out = [BatchItem() for _ in items]
     together: dict[str, tuple[int, WriteArgs]] = {}  # note id -> (position, put)
     alone: list[int] = []  # positions that take the single put's path, in order
+    taken: set[str] = set()  # ids a single put of this batch writes, as sent
     for i, data in enumerate(items):
         if data.content is None or data.analyze:
             alone.append(i)
+            taken.update(x for x in (data.id, data.uri) if x)
             continue
         try:
             args = checked(data, limits)
         except AppError as exc:
             out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)
             continue
-        if args.note_id in together:
-            alone.append(i)  # the same id again: after the first, as one by one
+        if args.note_id in together or args.note_id in taken:
+            # The same id again: after the first, as one by one.
+            alone.append(i)
+            taken.add(args.note_id)
         else:
             together[args.note_id] = (i, args)
     existing = await _insert_new(session, scope, together, out, limits)
