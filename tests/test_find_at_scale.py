@@ -162,3 +162,14 @@ def test_the_embedded_server_gets_a_quarter_of_the_memory(stack) -> None:
     )  # fmt: skip
     assert got == shared_buffers_mb()  # applied: the server was restarted with it
     assert 128 <= got <= max(_memory_mb() // 2, 128)
+
+
+def test_the_shared_buffers_override_is_checked(monkeypatch) -> None:
+    from app.embedded import EmbeddedError, shared_buffers_mb
+
+    monkeypatch.setenv("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB", "512")
+    assert shared_buffers_mb() == 512
+    for bad in ("lots", "-1", "8"):
+        monkeypatch.setenv("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB", bad)
+        with pytest.raises(EmbeddedError, match="whole number of MB"):
+            shared_buffers_mb()
