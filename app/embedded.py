@@ -120,17 +120,20 @@ class EmbeddedPostgres:
         if lower), at most 8 GB
         (``KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB`` overrides); applying a change
         restarts the server once."""
-        total = _memory_mb()
         wanted = shared_buffers_mb()
-        current = int(
+        cache = max(_memory_mb() // 2, 256)
+        # Both are counted in 8 kB pages.
+        current, current_cache = (
+            int(x)
+            for x in self.psql(
+                "SELECT string_agg((setting::bigint * 8 / 1024)::text, ' ' ORDER BY name DESC) "
+                "FROM pg_settings WHERE name IN ('shared_buffers', 'effective_cache_size')"
+            ).split()
+        )
+        if current_cache != cache and self.started_here:  # the planner's, no restart
             self.psql(
-                "SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = 'shared_buffers'"
-            ).strip()
-        )
-        self.psql(
-            f"ALTER SYSTEM SET effective_cache_size = '{max(total // 2, 256)}MB'; "
-            "SELECT pg_reload_conf();"
-        )
+                f"ALTER SYSTEM SET effective_cache_size = '{cache}MB'; SELECT pg_reload_conf();"
+            )
         if current == wanted:
             return
         if not self.started_here:  # another process's server: not ours to restart

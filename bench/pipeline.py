@@ -48,49 +48,41 @@ def raw_throughput(texts: list[str]) -> dict[str, float]:
     return {"batched_texts_per_s": batched, "one_at_a_time_texts_per_s": single}
 
 
-async def put_all(url: str, key: str, notes: list[dict], concurrency: int) -> list[float]:
+async def post_all(
+    url: str, key: str, path: str, bodies: list[dict], concurrency: int
+) -> list[float]:
+    """POST each body to ``path``, ``concurrency`` at a time; latency of each (ms)."""
     latencies: list[float] = []
     queue: asyncio.Queue[dict] = asyncio.Queue()
-    for n in notes:
-        queue.put_nowait(n)
+    for body in bodies:
+        queue.put_nowait(body)
     headers = {"Authorization": f"Bearer {key}"}
 
     async def client_loop(client: httpx.AsyncClient) -> None:
         while not queue.empty():
-            note = queue.get_nowait()
+            body = queue.get_nowait()
             t = time.perf_counter()
-            r = await client.post("/v1/notes", json=note, headers=headers)
+            r = await client.post(path, json=body, headers=headers)
             latencies.append((time.perf_counter() - t) * 1000)
             r.raise_for_status()
+            if path.endswith("/batch"):
+                assert r.json()["failed"] == 0, r.text
 
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
     return latencies
+
+
+async def put_all(url: str, key: str, notes: list[dict], concurrency: int) -> list[float]:
+    return await post_all(url, key, "/v1/notes", notes, concurrency)
 
 
 async def put_batches(
     url: str, key: str, notes: list[dict], concurrency: int, size: int = 100
 ) -> list[float]:
     """POST /v1/notes/batch, ``size`` notes a request; latency per request."""
-    batches = [notes[i : i + size] for i in range(0, len(notes), size)]
-    latencies: list[float] = []
-    queue: asyncio.Queue[list[dict]] = asyncio.Queue()
-    for b in batches:
-        queue.put_nowait(b)
-    headers = {"Authorization": f"Bearer {key}"}
-
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        while not queue.empty():
-            batch = queue.get_nowait()
-            t = time.perf_counter()
-            r = await client.post("/v1/notes/batch", json={"notes": batch}, headers=headers)
-            latencies.append((time.perf_counter() - t) * 1000)
-            r.raise_for_status()
-            assert r.json()["failed"] == 0, r.text
-
-    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
-    return latencies
+    batches = [{"notes": notes[i : i + size]} for i in range(0, len(notes), size)]
+    return await post_all(url, key, "/v1/notes/batch", batches, concurrency)
 
 
 async def paced(url: str, key: str, notes: list[dict], rate: float) -> list[float]:

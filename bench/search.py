@@ -114,10 +114,6 @@ CANDIDATES = 200  # find's vector stage asks for max(limit * 10, 200)
 MODEL = "local:all-MiniLM-L6-v2"
 
 
-def vec_text(v: np.ndarray) -> str:
-    return "[" + ",".join(f"{x:.6g}" for x in v) + "]"
-
-
 def synthetic(
     texts: list[str], vecs: np.ndarray, count: int, seed: int = 7
 ) -> tuple[list[str], np.ndarray]:
@@ -223,6 +219,14 @@ def exact_top10(queries: np.ndarray, ids: list[str], matrix: np.ndarray) -> list
     return out
 
 
+async def _scope(session: Any, tenant: uuid.UUID) -> Any:
+    """The job scope of a bench tenant's one project."""
+    project = (
+        await session.execute(text("SELECT id FROM projects WHERE tenant_id = :t"), {"t": tenant})
+    ).scalar_one()
+    return scope_for_job(tenant, project)
+
+
 async def recall(
     app: Database,
     tenant: uuid.UUID,
@@ -240,10 +244,7 @@ async def recall(
     big = False
     for q, exact in zip(queries, exact_sets, strict=True):
         async with app.tenant_transaction(tenant) as s:
-            project = (
-                await s.execute(text("SELECT id FROM projects WHERE tenant_id = :t"), {"t": tenant})
-            ).scalar_one()
-            scope = scope_for_job(tenant, project)
+            scope = await _scope(s, tenant)
             opening = await search_base.open_find(s, scope, model=MODEL, candidates=CANDIDATES)
             big = opening.big
             t = time.perf_counter()
@@ -275,10 +276,7 @@ async def text_exactness(
     for i, q in enumerate(questions):
         tenant = tenants[i % len(tenants)]
         async with app.tenant_transaction(tenant) as s:
-            project = (
-                await s.execute(text("SELECT id FROM projects WHERE tenant_id = :t"), {"t": tenant})
-            ).scalar_one()
-            scope = scope_for_job(tenant, project)
+            scope = await _scope(s, tenant)
             terms = await search_repo.read_question(s, scope, q)
             if terms is None:
                 same += 1
