@@ -106,3 +106,20 @@ def is_outage(exc: BaseException) -> bool:
             return True
         todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return False
+
+
+def is_scope_refusal(exc: BaseException) -> bool:
+    """True when row-level security refused a write (SQLSTATE 42501 naming a
+    policy): a tag-scoped credential reaching past its scope."""
+    todo: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        if state == "42501" and "row-level security" in str(err):
+            return True
+        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
+    return False

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit, tenancy
 from app.auth import service as auth_service
-from app.auth.scope import ADMIN, READ, WRITE, Scope, mint
+from app.auth.scope import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.caches import RequestCaches
 from app.db import Database
 from app.errors import Forbidden, MissingScope, NotConfigured, Unauthorized
@@ -58,7 +58,9 @@ SessionDep = Annotated[AsyncSession, Depends(unit_of_work, scope="function")]
 
 
 api_key_scheme = HTTPBearer(
-    auto_error=False, scheme_name="ApiKey", description="A tenant API key (km_...)."
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="A tenant API key (km_...) or an OAuth 2.1 access token.",
 )
 admin_scheme = HTTPBearer(
     auto_error=False, scheme_name="AdminToken", description="The operator's KEEPMEM_ADMIN_TOKEN."
@@ -99,50 +101,80 @@ async def current_scope(
     credentials: Credentials,
     x_project: ProjectHeader = None,
 ) -> Scope:
-    """Resolve the API key and the project into the request's tenant scope."""
+    """Resolve the credential (API key or access token) and the project into
+    the request's tenant scope."""
     redis = request.app.state.redis
     address = request.client.host if request.client else "unknown"
     failures = settings.auth_failures_per_minute
     try:
-        resolved = await auth_service.authenticate(
-            session, presented=_bearer(credentials), server_secret=server_secret(settings)
+        credential = await auth_service.resolve_credential(
+            session,
+            presented=_bearer(credentials),
+            server_secret=server_secret(settings),
+            keyring=getattr(request.app.state, "keyring", None),
         )
     except Unauthorized:
         await ratelimit.count_failure(redis, address=address, failures_per_minute=failures)
         raise
+    tenant = credential.tenant
     quota = await ratelimit.check(
-        redis, key_id=resolved.key_id, limit_per_minute=settings.rate_limit_per_minute
+        redis, key_id=tenant.credential, limit_per_minute=settings.rate_limit_per_minute
     )
     if quota is not None:
         response.headers.update(quota.headers)
-    # From here the unit of work is the key's tenant's (row-level security).
-    tenant = auth_service.tenant_of(resolved)
+    # From here the unit of work is the credential's tenant's (row-level security).
     await tenancy.bind(session, tenant)
     caches: RequestCaches = request.app.state.caches
-    if caches.needs_touch(resolved.key_id):
+    if tenant.key_id is not None and caches.needs_touch(tenant.key_id):
         await auth_service.record_use(session, tenant)
-    # Absent: the default project. Present but empty is a client bug, not a
-    # request for the default (keep sends the header only when configured).
-    slug = DEFAULT_PROJECT if x_project is None else x_project.strip()
-    project_id = caches.projects.get((resolved.tenant_id, slug))
+    slug = await _project_slug(session, tenant, credential.project_slug, x_project)
+    project_id = caches.projects.get((tenant.tenant_id, slug))
     if project_id is None:
         project, created = await tenants_service.resolve_project_created(
             session,
             tenant,
             slug=slug,
-            may_create=WRITE in tenant.permissions or ADMIN in tenant.permissions,
+            may_create=(WRITE in tenant.permissions or ADMIN in tenant.permissions)
+            and tenant.project_lock is None
+            and not tenant.tag_terms,
             max_projects=settings.max_projects_per_tenant,
         )
         project_id = project.id
         if not created:  # a project made in this request exists only if it commits
-            caches.projects.put((resolved.tenant_id, slug), project_id)
+            caches.projects.put((tenant.tenant_id, slug), project_id)
+    if tenant.project_lock is not None and project_id != tenant.project_lock:
+        raise Forbidden(f"this credential is restricted to another project than '{slug}'")
     return mint(tenant, project_id=project_id, project_slug=slug)
+
+
+async def _project_slug(
+    session: AsyncSession, tenant: TenantScope, forced: str | None, header: str | None
+) -> str:
+    """The project a request works in: the X-Project header, else the one
+    the credential is locked to, else the default. Present but empty is a
+    client bug, not a request for the default (keep sends the header only
+    when configured)."""
+    if header is not None:
+        slug = header.strip()
+        if forced is not None and slug != forced:
+            raise Forbidden(f"this credential is restricted to project '{forced}'")
+        return slug
+    if forced is not None:
+        return forced
+    if tenant.project_lock is not None:
+        return await tenants_service.slug_of(session, tenant, tenant.project_lock)
+    return DEFAULT_PROJECT
 
 
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:
     async def dependency(scope: Annotated[Scope, Depends(current_scope)]) -> Scope:
         if permission not in scope.permissions:
-            raise MissingScope(f"this API key lacks the '{permission}' scope")
+            raise MissingScope(f"this credential lacks the '{permission}' scope")
+        if permission == ADMIN and (scope.project_lock is not None or scope.tag_terms):
+            # Tenant administration sees past any project or tag scope.
+            raise MissingScope(
+                "tenant administration needs an admin credential without a project or tag scope"
+            )
         return scope
 
     return dependency
@@ -151,6 +183,7 @@ def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:
 ReadScope = Annotated[Scope, Depends(require(READ))]
 WriteScope = Annotated[Scope, Depends(require(WRITE))]
 AdminScope = Annotated[Scope, Depends(require(ADMIN))]
+AnyScope = Annotated[Scope, Depends(current_scope)]
 
 
 # A percent-encoded id: up to three characters per character, and a selector.

@@ -138,6 +138,13 @@ class ProjectLimit(Forbidden):
     code = "project_limit"
 
 
+class OutsideScope(Forbidden):
+    """A write reaching past the credential's tag scope (an id taken by a
+    note it cannot see, or a row the database's policies refuse)."""
+
+    code = "outside_scope"
+
+
 class JobNotDead(Conflict):
     code = "job_not_dead"
 

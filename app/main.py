@@ -32,6 +32,8 @@ from app.mcp_endpoint import PATH as MCP_PATH
 from app.mcp_endpoint import McpEndpoint
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
+from app.oauth.keyring import Keyring
+from app.oauth.router import router as oauth_router
 from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
@@ -92,6 +94,14 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         app.state.embedder = make_embedder(settings)
         app.state.query_cache = QueryCache()
         app.state.caches = RequestCaches()
+        app.state.keyring = (
+            Keyring(
+                settings.secret_key.get_secret_value(),
+                access_ttl_s=settings.oauth_access_token_seconds,
+            )
+            if settings.secret_key is not None
+            else None
+        )
         try:
             async with mcp.running():
                 yield
@@ -158,6 +168,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(admin_router)
+    app.include_router(oauth_router)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import tenancy
 from app.auth import service as auth_service
 from app.errors import NotConfigured, Unauthorized
 from app.flows import prompts
@@ -104,9 +103,12 @@ class McpEndpoint:
         try:
             await self._check(scope, presented)
         except Unauthorized as exc:
+            # Where an MCP client finds how to get a token (RFC 9728).
+            metadata = _base_url(scope, headers) + "/.well-known/oauth-protected-resource/mcp"
+            challenge = f'Bearer resource_metadata="{metadata}"'.encode("latin-1")
             await send_error(
                 send, 401, exc.code, exc.message, request_id,
-                headers=[(b"www-authenticate", b"Bearer")],
+                headers=[(b"www-authenticate", challenge)],
             )  # fmt: skip
             return
         client = self.client_class(
@@ -130,7 +132,19 @@ class McpEndpoint:
         secret = app_state.settings.secret_key
         if secret is None:
             raise Unauthorized("server secret is not configured")
-        async with tenancy.system_transaction(app_state.db) as session:
-            await auth_service.authenticate(
-                session, presented=presented, server_secret=secret.get_secret_value()
+        async with app_state.db.transaction() as session:
+            await auth_service.resolve_credential(
+                session,
+                presented=presented,
+                server_secret=secret.get_secret_value(),
+                keyring=app_state.keyring,
             )
+
+
+def _base_url(scope: Scope, headers: dict[str, str]) -> str:
+    """The public base URL: the configured one, else as this request reached us."""
+    public: str | None = scope["app"].state.settings.public_url
+    if public:
+        return public.rstrip("/")
+    host = headers.get("host") or "{}:{}".format(*scope.get("server") or ("localhost", 80))
+    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}"

@@ -158,6 +158,11 @@ class ApiKey(Base):
     expires_at: Mapped[datetime | None] = mapped_column(TS)
     revoked_at: Mapped[datetime | None] = mapped_column(TS)
     last_used_at: Mapped[datetime | None] = mapped_column(TS)
+    # A narrowed key: one project, a tag scope ("key=value" terms), and the
+    # credential it was minted from ("key:<id>" or "grant:<id>").
+    project_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    tag_scope: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    parent: Mapped[str | None] = mapped_column(Text)
 
 
 def _note_fk() -> ForeignKeyConstraint:
@@ -357,6 +362,97 @@ class AuditLog(Base):
     target: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     request_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class OAuthKey(Base):
+    """A token-signing key; the private half is encrypted with the server secret."""
+
+    __tablename__ = "oauth_keys"
+
+    kid: Mapped[str] = mapped_column(Text, primary_key=True)
+    private_key: Mapped[bytes] = mapped_column(LargeBinary)
+    public_jwk: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    retired_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class OAuthClient(Base):
+    """A registered client: public (dynamic registration, no tenant) or a
+    tenant's service account (client credentials, fixed project and scopes)."""
+
+    __tablename__ = "oauth_clients"
+
+    client_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    secret_hash: Mapped[bytes | None] = mapped_column(LargeBinary)
+    client_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    project_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    tag_scope: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class OAuthCode(Base):
+    __tablename__ = "oauth_codes"
+
+    code_hash: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    client_id: Mapped[str] = mapped_column(Text)
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    key_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    tag_scope: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    redirect_uri: Mapped[str | None] = mapped_column(Text)
+    code_challenge: Mapped[str | None] = mapped_column(Text)
+    code_challenge_method: Mapped[str | None] = mapped_column(Text)
+    resource: Mapped[str | None] = mapped_column(Text)
+    nonce: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class OAuthGrant(Base):
+    """One issued token family: the refresh token, and the ``gid`` in every
+    access token minted under it."""
+
+    __tablename__ = "oauth_grants"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    client_id: Mapped[str] = mapped_column(Text)
+    key_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    tag_scope: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    resource: Mapped[str | None] = mapped_column(Text)
+    refresh_hash: Mapped[bytes | None] = mapped_column(LargeBinary, unique=True)
+    refresh_expires_at: Mapped[datetime | None] = mapped_column(TS)
+    access_expires_at: Mapped[datetime] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class OAuthIssuer(Base):
+    """An external OpenID Connect issuer a tenant trusts to mint access."""
+
+    __tablename__ = "oauth_issuers"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    issuer: Mapped[str] = mapped_column(Text)
+    audience: Mapped[str] = mapped_column(Text)
+    jwks: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    project_claim: Mapped[str | None] = mapped_column(Text)
+    default_project: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
+    scope_claim: Mapped[str] = mapped_column(Text, server_default=text("'scope'"))
+    default_scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{read}'"))
+    tag_claims: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 

@@ -52,6 +52,21 @@ class Settings(BaseSettings):
         default=None, description="Bearer credential for the /v1/admin API."
     )
 
+    # OAuth 2.1 (app.oauth). The issuer is this URL; unset, each request's
+    # own base URL (fine on one host; set it behind a proxy or load balancer).
+    public_url: str | None = Field(
+        default=None, description="Public base URL (OAuth issuer), e.g. https://mem.example.com"
+    )
+    oauth_access_token_seconds: int = Field(
+        default=900, ge=1, le=86400, description="Lifetime of an OAuth access token."
+    )
+    oauth_refresh_token_days: int = Field(
+        default=30, ge=1, le=365, description="Lifetime of an OAuth refresh token."
+    )
+    oauth_registration: bool = Field(
+        default=True, description="Open dynamic client registration (MCP clients need it)."
+    )
+
     data_dir: str = Field(default=".keepmem", description="Embedded stack data directory.")
     host: str = "127.0.0.1"
     port: int = 8765

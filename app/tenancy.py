@@ -1,8 +1,10 @@
 """Tenancy in one module: binding a scope to a transaction.
 
-Row-level security keys on two per-transaction settings:
-``keepmem.tenant_id`` (a tenant's work) and ``keepmem.system`` (the admin API
-and the outbox dispatcher, which see every tenant). Both are set with
+Row-level security keys on per-transaction settings: ``keepmem.tenant_id``
+(a tenant's work), ``keepmem.tag_scope`` (a tag-scoped credential's terms),
+``keepmem.oauth`` (the OAuth endpoints' view of the OAuth tables) and
+``keepmem.system`` (the admin API and the outbox dispatcher, which see every
+tenant). All are set with
 ``set_config(..., true)``, so they end with the transaction and never leak to
 the next user of a pooled connection. Nothing else in the code base sets
 them (tests/test_architecture.py checks).
@@ -13,6 +15,7 @@ binds each job's scope through :func:`transaction`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,8 +28,24 @@ from app.db import Database
 
 
 async def bind(session: AsyncSession, scope: TenantScope) -> None:
-    """Bind the current transaction to the scope's tenant."""
+    """Bind the current transaction to the scope's tenant (and its tag scope)."""
+    if scope.tag_terms:
+        await session.execute(
+            text(
+                "SELECT set_config('keepmem.tenant_id', :tid, true), "
+                "set_config('keepmem.tag_scope', :terms, true)"
+            ),
+            {"tid": str(scope.tenant_id), "terms": json.dumps(list(scope.tag_terms))},
+        )
+        return
     await _bind_tenant_id(session, scope.tenant_id)
+
+
+async def bind_oauth(session: AsyncSession) -> None:
+    """Let the current transaction see the OAuth tables of every tenant (the
+    token, revocation, introspection and registration endpoints, which run
+    before a tenant is known); other tenant tables stay closed to it."""
+    await session.execute(text("SELECT set_config('keepmem.oauth', 'on', true)"))
 
 
 async def bind_system(session: AsyncSession) -> None:

@@ -178,6 +178,7 @@ MINTERS = {"mint", "mint_tenant", "scope_for_project", "tenant_for_admin", "tena
 MINT_ALLOWED = {
     "app/auth/scope.py",
     "app/auth/service.py",
+    "app/oauth/tokens.py",
     "app/deps.py",
     "app/tenants/service.py",
     "app/pipeline/runner.py",

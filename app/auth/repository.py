@@ -22,6 +22,9 @@ class ResolvedKey:
     expires_at: datetime | None
     revoked_at: datetime | None
     tenant_disabled: bool
+    project_id: uuid.UUID | None = None
+    tag_scope: tuple[str, ...] = ()
+    parent_live: bool = True
 
 
 async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
@@ -30,7 +33,8 @@ async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
     row = (
         await session.execute(
             text(
-                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled "
+                "SELECT tenant_id, key_id, scopes, expires_at, revoked_at, tenant_disabled, "
+                "project_id, tag_scope, parent_live "
                 "FROM keepmem_resolve_api_key(:h)"
             ),
             {"h": key_hash},
@@ -45,6 +49,9 @@ async def resolve(session: AsyncSession, key_hash: bytes) -> ResolvedKey | None:
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
         tenant_disabled=row.tenant_disabled,
+        project_id=row.project_id,
+        tag_scope=tuple(row.tag_scope),
+        parent_live=row.parent_live,
     )
 
 
@@ -71,6 +78,9 @@ async def insert_key(
     key_hash: bytes,
     scopes: Sequence[str],
     expires_at: datetime | None,
+    project_id: uuid.UUID | None = None,
+    tag_scope: Sequence[str] = (),
+    parent: str | None = None,
 ) -> ApiKey:
     row = ApiKey(
         tenant_id=tenant.tenant_id,
@@ -79,6 +89,9 @@ async def insert_key(
         key_hash=key_hash,
         scopes=list(scopes),
         expires_at=expires_at,
+        project_id=project_id,
+        tag_scope=list(tag_scope),
+        parent=parent,
     )
     session.add(row)
     await session.flush()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 
 from app.auth import service
-from app.auth.schemas import KeyCreate, KeyCreated, KeyList, KeyOut
-from app.deps import AdminScope, SessionDep, SettingsDep, server_secret
+from app.auth.schemas import KeyCreate, KeyCreated, KeyList, KeyNarrow, KeyOut
+from app.deps import AdminScope, AnyScope, SessionDep, SettingsDep, server_secret
 from app.wire import api_router
 
 router = api_router(prefix="/v1/keys", tags=["keys"])
@@ -32,6 +32,26 @@ async def create_key(
         expires_at=body.expires_at,
         server_secret=server_secret(settings),
         actor=scope.actor,
+    )
+    return KeyCreated(**KeyOut.of(new.row).model_dump(), key=new.secret)
+
+
+@router.post("/narrow", response_model=KeyCreated, status_code=201, summary="Mint a narrower key")
+async def narrow_key(
+    body: KeyNarrow, scope: AnyScope, session: SessionDep, settings: SettingsDep
+) -> KeyCreated:
+    """Any credential can mint a key narrower than itself for a sub-agent:
+    this request's project only, a subset of its scopes, its tag scope plus
+    ``tags``, and an expiry. Revoking (or the expiry of) the credential it
+    came from ends it. The full key is in this response only."""
+    new = await service.narrow_key(
+        session,
+        scope,
+        name=body.name,
+        scopes=body.scopes,
+        tags=body.tags,
+        expires_in_seconds=body.expires_in_seconds,
+        server_secret=server_secret(settings),
     )
     return KeyCreated(**KeyOut.of(new.row).model_dump(), key=new.secret)
 

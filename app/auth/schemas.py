@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from app.models import ApiKey, Tenant
+from app.notes.tags import terms_as_tags
 
 Permission = Literal["read", "write", "admin"]
 
@@ -36,10 +37,22 @@ class KeyOut(BaseModel):
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
+    project_id: uuid.UUID | None = Field(
+        default=None, description="The one project a narrowed key may use."
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Tag scope: the key sees only notes with these tags."
+    )
+    parent: str | None = Field(
+        default=None, description="The credential this key was narrowed from (it dies with it)."
+    )
 
     @classmethod
     def of(cls, row: ApiKey) -> KeyOut:
         return cls(
+            project_id=row.project_id,
+            tags=terms_as_tags(row.tag_scope or []),
+            parent=row.parent,
             id=row.id,
             tenant_id=row.tenant_id,
             name=row.name,
@@ -50,6 +63,24 @@ class KeyOut(BaseModel):
             revoked_at=row.revoked_at,
             last_used_at=row.last_used_at,
         )
+
+
+class KeyNarrow(BaseModel):
+    name: str = Field(min_length=1, max_length=200, description="What the key is for.")
+    scopes: list[Permission] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="A subset of the caller's scopes (default: all of them).",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description='Tag scope added to the caller\'s own (e.g. {"user": "alice"}).',
+    )
+    expires_in_seconds: int = Field(
+        ge=1, le=90 * 86400, description="Lifetime; never past the caller's own expiry."
+    )
 
 
 class KeyCreated(KeyOut):

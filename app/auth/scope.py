@@ -12,7 +12,9 @@ a transaction for row-level security.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 READ = "read"
 WRITE = "write"
@@ -24,9 +26,20 @@ _MINT = object()
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantScope:
+    """``credential`` names who acts ("key:<id>", "grant:<id>",
+    "oidc:<issuer id>:<subject>", or "" for the system); ``key_id`` is set
+    for an API key. A credential may be locked to one project
+    (``project_lock``) and to a tag scope (``tag_terms``, casefolded
+    ``key=value``): row-level security then shows it only notes carrying
+    every term, and its writes are stamped with them."""
+
     tenant_id: uuid.UUID
     key_id: uuid.UUID | None = None
+    credential: str = ""
     permissions: frozenset[str] = frozenset()
+    project_lock: uuid.UUID | None = None
+    tag_terms: tuple[str, ...] = ()
+    expires_at: datetime | None = None
     _token: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -35,7 +48,7 @@ class TenantScope:
 
     @property
     def actor(self) -> str:
-        return f"key:{self.key_id}" if self.key_id else "system"
+        return self.credential or "system"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,18 +58,40 @@ class Scope(TenantScope):
 
 
 def mint_tenant(
-    *, tenant_id: uuid.UUID, key_id: uuid.UUID | None, permissions: frozenset[str]
+    *,
+    tenant_id: uuid.UUID,
+    key_id: uuid.UUID | None,
+    permissions: frozenset[str],
+    credential: str = "",
+    project_lock: uuid.UUID | None = None,
+    tag_terms: Iterable[str] = (),
+    expires_at: datetime | None = None,
 ) -> TenantScope:
-    """A resolved key's tenant, before its project is known."""
-    return TenantScope(tenant_id=tenant_id, key_id=key_id, permissions=permissions, _token=_MINT)
+    """A resolved credential's tenant, before its project is known."""
+    return TenantScope(
+        tenant_id=tenant_id,
+        key_id=key_id,
+        credential=credential or (f"key:{key_id}" if key_id else ""),
+        permissions=permissions,
+        project_lock=project_lock,
+        tag_terms=tuple(sorted(set(tag_terms))),
+        expires_at=expires_at,
+        _token=_MINT,
+    )
 
 
 def mint(tenant: TenantScope, *, project_id: uuid.UUID, project_slug: str) -> Scope:
-    """The request's scope: the key's tenant and the project it works in."""
+    """The request's scope: the credential's tenant and the project it works in."""
+    if tenant.project_lock is not None and tenant.project_lock != project_id:
+        raise ValueError("a project-locked credential cannot act in another project")
     return Scope(
         tenant_id=tenant.tenant_id,
         key_id=tenant.key_id,
+        credential=tenant.credential,
         permissions=tenant.permissions,
+        project_lock=tenant.project_lock,
+        tag_terms=tenant.tag_terms,
+        expires_at=tenant.expires_at,
         project_id=project_id,
         project_slug=project_slug,
         _token=_MINT,

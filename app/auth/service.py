@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
-from app.auth.scope import ALL_SCOPES, TenantScope, mint_tenant, tenant_for_admin
-from app.errors import BadRequest, KeyNotFound, Unauthorized
+from app.auth.scope import ALL_SCOPES, Scope, TenantScope, mint_tenant, tenant_for_admin
+from app.errors import BadRequest, Forbidden, KeyNotFound, Unauthorized
 from app.models import ApiKey
+from app.notes import tags as tagrules
+from app.oauth import tokens
+from app.oauth.keyring import Keyring
 from app.timeutil import utcnow
 
 MAX_KEY_NAME = 200
@@ -42,6 +45,8 @@ async def authenticate(
         problem = "API key expired"
     elif resolved.tenant_disabled:
         problem = "tenant disabled"
+    elif not resolved.parent_live:
+        problem = "API key revoked: the credential it was narrowed from is revoked or expired"
     if problem is not None:
         raise Unauthorized(problem)
     return resolved
@@ -53,6 +58,35 @@ def tenant_of(resolved: repo.ResolvedKey) -> TenantScope:
         tenant_id=resolved.tenant_id,
         key_id=resolved.key_id,
         permissions=frozenset(resolved.scopes),
+        project_lock=resolved.project_id,
+        tag_terms=resolved.tag_scope,
+        expires_at=resolved.expires_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A presented credential, resolved: its tenant scope, and for a token
+    from an external issuer the project its claims name."""
+
+    tenant: TenantScope
+    project_slug: str | None = None
+
+
+async def resolve_credential(
+    session: AsyncSession, *, presented: str, server_secret: str, keyring: Keyring | None
+) -> Credential:
+    """An API key or an OAuth access token (keepmem's or a trusted
+    issuer's), resolved to the same kind of scope; any failure is a 401."""
+    if tokens.looks_like_jwt(presented):
+        if keyring is None:
+            raise Unauthorized("access tokens are not accepted here")
+        tenant, slug = await tokens.authenticate(session, presented, keyring)
+        return Credential(tenant=tenant, project_slug=slug)
+    return Credential(
+        tenant=tenant_of(
+            await authenticate(session, presented=presented, server_secret=server_secret)
+        )
     )
 
 
@@ -100,6 +134,65 @@ async def create_key(
         action="key.create",
         target=str(row.id),
         detail={"name": name, "scopes": row.scopes},
+    )
+    return NewKey(row=row, secret=secret)
+
+
+MAX_NARROW_SECONDS = 90 * 86400
+
+
+async def narrow_key(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    name: str,
+    scopes: Sequence[str] | None,
+    tags: Mapping[str, str],
+    expires_in_seconds: int,
+    server_secret: str,
+) -> NewKey:
+    """A key narrower than the caller's credential, for handing to a
+    sub-agent: locked to the request's project, a subset of the caller's
+    scopes, the caller's tag scope plus ``tags``, and an expiry no later than
+    the caller's. It dies with the credential it was minted from."""
+    name = name.strip()
+    if not name or len(name) > MAX_KEY_NAME:
+        raise BadRequest(f"key name must be 1-{MAX_KEY_NAME} characters")
+    wanted = _check_scopes(scopes if scopes is not None else sorted(scope.permissions))
+    wider = [s for s in wanted if s not in scope.permissions]
+    if wider:
+        raise Forbidden(f"a credential cannot grant scopes it lacks: {wider}")
+    try:
+        terms = sorted({*scope.tag_terms, *tagrules.scope_terms(tags)})
+    except tagrules.InvalidTags as exc:
+        raise BadRequest(str(exc)) from exc
+    if not 0 < expires_in_seconds <= MAX_NARROW_SECONDS:
+        raise BadRequest(f"expires_in_seconds must be 1-{MAX_NARROW_SECONDS}")
+    expires_at = utcnow() + timedelta(seconds=expires_in_seconds)
+    if scope.expires_at is not None:
+        expires_at = min(expires_at, scope.expires_at)
+    if not scope.credential:
+        raise Forbidden("only a credential can mint a narrower one")
+    secret, prefix = generate_key()
+    row = await repo.insert_key(
+        session,
+        scope,
+        name=name,
+        prefix=prefix,
+        key_hash=hash_key(server_secret, secret),
+        scopes=wanted,
+        expires_at=expires_at,
+        project_id=scope.project_id,
+        tag_scope=terms,
+        parent=scope.credential,
+    )
+    await audit.record(
+        session,
+        scope,
+        actor=scope.actor,
+        action="key.narrow",
+        target=str(row.id),
+        detail={"name": name, "scopes": wanted, "project": scope.project_slug, "tags": terms},
     )
     return NewKey(row=row, secret=secret)
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import undefer
 
 from app.auth.scope import Scope
 from app.models import Note, NoteVersion, Part
+from app.notes import tags as tagrules
 
 FTS_CONFIG = "english"
 
@@ -62,6 +63,15 @@ async def get_many(
     return {n.id: n for n in (await session.execute(stmt)).scalars()}
 
 
+def _stamped(scope: Scope, values: dict[str, Any]) -> dict[str, Any]:
+    """A tag-scoped credential's writes carry its scope's tags (row-level
+    security refuses a note without them)."""
+    if not scope.tag_terms or "tags" not in values:
+        return values
+    tags = tagrules.stamp(values["tags"], scope.tag_terms)
+    return {**values, "tags": tags, "tag_index": tagrules.index_terms(tags)}
+
+
 async def insert_note(
     session: AsyncSession,
     scope: Scope,
@@ -78,7 +88,7 @@ async def insert_note(
             tenant_id=scope.tenant_id,
             project_id=scope.project_id,
             id=note_id,
-            **{"fts": _fts(fts_text, tag_text), **values},
+            **{"fts": _fts(fts_text, tag_text), **_stamped(scope, values)},
         )
         .on_conflict_do_nothing(index_elements=["tenant_id", "project_id", "id"])
         .returning(Note)
@@ -108,7 +118,7 @@ async def insert_notes(
             "id": note_id,
             "fts_text": fts_text,
             "tag_text": tag_text,
-            **values,
+            **_stamped(scope, values),
         }
         for note_id, values, fts_text, tag_text in rows
     ]
@@ -131,6 +141,7 @@ async def update_note(
     fts_text: str | None = None,
     tag_text: str | None = None,
 ) -> Note:
+    values = _stamped(scope, values)
     if fts_text is not None and tag_text is not None:
         values = {**values, "fts": _fts(fts_text, tag_text)}
     elif tag_text is not None:

@@ -178,3 +178,35 @@ def matches(tags: Mapping[str, Any], wanted: Mapping[str, list[str]]) -> bool:
         if not {v.casefold() for v in values} <= have:
             return False
     return True
+
+
+def scope_terms(tags: Mapping[str, Any]) -> list[str]:
+    """A credential's tag scope (``{"user": "alice"}``) as the ``key=value``
+    terms every note it sees must hold; each key needs exactly one non-empty
+    value, and system keys are not allowed."""
+    terms: list[str] = []
+    for raw_key, raw_value in tags.items():
+        key = validate_key(raw_key)
+        if key.startswith(SYSTEM_PREFIX):
+            raise InvalidTags(f"tag scope {key!r}: system tags cannot scope a credential")
+        values = [v for v in values_of(raw_value, key) if v != ""]
+        if len(values) != 1:
+            raise InvalidTags(f"tag scope {key!r}: give exactly one non-empty value")
+        terms.append(f"{key}={values[0].casefold()}")
+    return sorted(set(terms))
+
+
+def terms_as_tags(terms: Iterable[str]) -> dict[str, str]:
+    """``key=value`` terms back as a tag map (for showing a credential)."""
+    return dict(term.split("=", 1) for term in terms)
+
+
+def stamp(tags: Mapping[str, Any], terms: Iterable[str]) -> dict[str, Any]:
+    """``tags`` as a tag-scoped credential writes them: each scoped key holds
+    exactly the scope's value, whatever was asked (a scoped writer can neither
+    drop its scope nor place a note in another's)."""
+    out = dict(tags)
+    for term in terms:
+        key, value = term.split("=", 1)
+        out[key] = value
+    return out

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import BadRequest, ContentNotHeld, NoteNotFound, PayloadTooLarge
+from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
 from app.feed import repository as feed
 from app.ingest import sanitize
 from app.ingest import service as ingest
@@ -291,7 +291,10 @@ async def _update(
             raise tag_error(exc) from exc
 
     existing = await repo.get(session, scope, note_id, lock=True)
-    assert existing is not None  # the insert conflicted, so it exists
+    if existing is None:  # the insert conflicted, so it exists: outside the tag scope
+        raise OutsideScope(
+            f"note id {note_id!r} is taken by a note outside this credential's tag scope"
+        )
     user_tags = merged_tags(existing)
     all_tags = {**user_tags, **stored_system}
     tag_text = tag_words(note_id, user_tags)

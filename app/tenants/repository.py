@@ -45,6 +45,14 @@ async def get_project(session: AsyncSession, tenant: TenantScope, slug: str) -> 
     )
 
 
+async def project_slug(
+    session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID
+) -> str | None:
+    return await session.scalar(
+        select(Project.slug).where(Project.tenant_id == tenant.tenant_id, Project.id == project_id)
+    )
+
+
 async def count_projects(session: AsyncSession, tenant: TenantScope) -> int:
     return int(
         await session.scalar(

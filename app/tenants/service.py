@@ -86,6 +86,13 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
     return tenant
 
 
+async def slug_of(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> str:
+    slug = await repo.project_slug(session, tenant, project_id)
+    if slug is None:
+        raise ProjectNotFound("the project this credential is restricted to no longer exists")
+    return slug
+
+
 async def resolve_project_created(
     session: AsyncSession,
     tenant: TenantScope,

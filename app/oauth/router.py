@@ -1,0 +1,281 @@
+"""OAuth 2.1 endpoints (the MCP authorization specification's set) and a
+tenant's OAuth administration.
+
+* discovery: ``/.well-known/oauth-authorization-server`` (RFC 8414),
+  ``/.well-known/oauth-protected-resource[/mcp]`` (RFC 9728), ``/oauth/jwks``
+* the flow: ``/oauth/authorize`` (the consent page), ``/oauth/token``,
+  ``/oauth/register`` (RFC 7591), ``/oauth/revoke`` (RFC 7009),
+  ``/oauth/introspect`` (RFC 7662)
+* administration (admin scope): ``/v1/oauth/clients`` (service accounts for
+  the client-credentials grant), ``/v1/oauth/issuers`` (trusted OpenID
+  Connect issuers)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from app import ratelimit
+from app.deps import AdminScope, SessionDep, SettingsDep, server_secret
+from app.errors import AppError, BadRequest, NotConfigured
+from app.oauth import pages, service
+from app.oauth.adapters import Answer, Incoming
+from app.oauth.keyring import Keyring
+from app.oauth.schemas import (
+    ClientCreate,
+    ClientCreated,
+    ClientList,
+    ClientOut,
+    IssuerCreate,
+    IssuerList,
+    IssuerOut,
+)
+from app.wire import api_router
+
+router = api_router(tags=["oauth"])
+MCP_PATH = "/mcp"
+
+
+def _keyring(request: Request) -> Keyring:
+    keyring: Keyring | None = getattr(request.app.state, "keyring", None)
+    if keyring is None:
+        raise NotConfigured("OAuth needs the server secret (KEEPMEM_SECRET_KEY)")
+    return keyring
+
+
+async def oauth_context(
+    request: Request, session: SessionDep, settings: SettingsDep
+) -> service.OAuthContext:
+    return service.OAuthContext(
+        session=session,
+        settings=settings,
+        keyring=_keyring(request),
+        server_secret=server_secret(settings),
+        issuer=service.issuer_of(settings, str(request.base_url)),
+    )
+
+
+Context = Annotated[service.OAuthContext, Depends(oauth_context)]
+
+
+async def _incoming(request: Request, *, with_form: bool = True) -> Incoming:
+    form: dict[str, list[str]] = {}
+    if with_form and request.method == "POST":
+        data = await request.form()
+        for key in data:
+            form[key] = [v for v in data.getlist(key) if isinstance(v, str)]
+    args: dict[str, list[str]] = {}
+    for key in request.query_params:
+        args[key] = request.query_params.getlist(key)
+    return Incoming(
+        method=request.method,
+        url=str(request.url),
+        headers=request.headers,
+        args=args,
+        form=form,
+    )
+
+
+def _response(answer: Answer) -> Response:
+    headers = dict(answer.headers)
+    if isinstance(answer.body, dict | list):
+        return JSONResponse(answer.body, status_code=answer.status, headers=headers)
+    return Response(answer.body or b"", status_code=answer.status, headers=headers)
+
+
+# -- discovery ----------------------------------------------------------------------
+
+
+@router.get("/.well-known/oauth-authorization-server", summary="Authorization server metadata")
+async def server_metadata(ctx: Context) -> dict[str, Any]:
+    """RFC 8414 metadata: endpoints, grants, PKCE method, scopes."""
+    return ctx.server().metadata()
+
+
+def _resource_metadata(ctx: service.OAuthContext, resource: str) -> dict[str, Any]:
+    return {
+        "resource": resource,
+        "authorization_servers": [ctx.issuer],
+        "scopes_supported": ["read", "write", "admin"],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "keepmem",
+    }
+
+
+@router.get("/.well-known/oauth-protected-resource", summary="Protected resource metadata")
+async def resource_metadata(ctx: Context) -> dict[str, Any]:
+    """RFC 9728 metadata of the REST API."""
+    return _resource_metadata(ctx, ctx.issuer)
+
+
+@router.get(
+    "/.well-known/oauth-protected-resource/mcp", summary="Protected resource metadata of /mcp"
+)
+async def mcp_resource_metadata(ctx: Context) -> dict[str, Any]:
+    """RFC 9728 metadata of the MCP endpoint (what an MCP client reads after a 401)."""
+    return _resource_metadata(ctx, ctx.issuer + MCP_PATH)
+
+
+@router.get("/oauth/jwks", summary="Token-signing keys (JWKS)")
+async def jwks(ctx: Context) -> dict[str, Any]:
+    """The public keys access tokens are signed with, by ``kid``."""
+    return await ctx.keyring.jwks(ctx.session)
+
+
+# -- the flow -----------------------------------------------------------------------
+
+
+@router.get("/oauth/authorize", response_class=HTMLResponse, summary="Consent page")
+async def authorize_page(request: Request, ctx: Context) -> Response:
+    """Sign in with an API key of the tenant and choose project and scopes."""
+    incoming = await _incoming(request, with_form=False)
+    try:
+        asked = await service.consent_request(ctx, incoming)
+    except AppError as exc:
+        return pages.error(exc)
+    return pages.consent(asked, incoming.args)
+
+
+@router.post("/oauth/authorize", summary="Consent decision", response_class=HTMLResponse)
+async def authorize(request: Request, ctx: Context) -> Response:
+    """The consent form's answer: a redirect to the client with a code (or a refusal)."""
+    incoming = await _incoming(request)
+    fields = {k: v for k, v in incoming.form.items()}
+    oauth_fields = {k: v for k, v in fields.items() if k not in pages.CONSENT_FIELDS}
+    form = service.ConsentForm(
+        api_key=(fields.get("api_key") or [""])[0].strip(),
+        project=(fields.get("project") or [""])[0],
+        scopes=fields.get("scopes", []),
+        tags=(fields.get("tags") or [""])[0],
+        allow=(fields.get("decision") or [""])[0] == "allow",
+    )
+    incoming = Incoming(
+        method="POST", url=incoming.url, headers=incoming.headers, args=oauth_fields, form={}
+    )
+    try:
+        answer = await service.consent_submit(ctx, incoming, form)
+    except AppError as exc:
+        return pages.error(exc)
+    return _response(answer)
+
+
+@router.post("/oauth/token", summary="Token endpoint")
+async def token(request: Request, ctx: Context) -> Response:
+    """Authorization code (with PKCE), refresh token and client credentials grants."""
+    incoming = await _incoming(request)
+    answer = await service.run(ctx, lambda server: server.create_token_response(incoming))
+    if answer.status in (400, 401):
+        await ratelimit.count_failure(
+            request.app.state.redis,
+            address=request.client.host if request.client else "unknown",
+            failures_per_minute=ctx.settings.auth_failures_per_minute,
+        )
+    return _response(answer)
+
+
+@router.post("/oauth/revoke", summary="Revoke a token (RFC 7009)")
+async def revoke(request: Request, ctx: Context) -> Response:
+    """Revoking an access or refresh token revokes its whole grant."""
+    incoming = await _incoming(request)
+    return _response(
+        await service.run(
+            ctx, lambda server: server.create_endpoint_response("revocation", incoming)
+        )
+    )
+
+
+@router.post("/oauth/introspect", summary="Introspect a token (RFC 7662)")
+async def introspect(request: Request, ctx: Context) -> Response:
+    """Whether a token is active, for the client it was issued to."""
+    incoming = await _incoming(request)
+    return _response(
+        await service.run(
+            ctx, lambda server: server.create_endpoint_response("introspection", incoming)
+        )
+    )
+
+
+@router.post("/oauth/register", status_code=201, summary="Register a client (RFC 7591)")
+async def register(request: Request, ctx: Context) -> Response:
+    """Dynamic client registration for MCP clients (authorization code only)."""
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError as exc:
+        raise BadRequest("the registration request must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the registration request must be a JSON object")
+    incoming = Incoming(method="POST", url=str(request.url), headers=request.headers, json=body)
+    return _response(
+        await service.run(
+            ctx, lambda server: server.create_endpoint_response("client_registration", incoming)
+        )
+    )
+
+
+# -- administration -----------------------------------------------------------------
+
+
+@router.post(
+    "/v1/oauth/clients", response_model=ClientCreated, status_code=201, summary="Service account"
+)
+async def create_client(
+    body: ClientCreate, scope: AdminScope, session: SessionDep, settings: SettingsDep
+) -> ClientCreated:
+    """A client for the client-credentials grant, locked to one project,
+    scopes and tag scope. The secret is in this response only."""
+    new = await service.create_service_account(
+        session,
+        scope,
+        name=body.name,
+        project=body.project or scope.project_slug,
+        scopes=body.scopes,
+        tags=body.tags,
+        server_secret=server_secret(settings),
+    )
+    return ClientCreated(
+        **ClientOut.of(new.row, body.project or scope.project_slug).model_dump(),
+        client_secret=new.secret,
+    )
+
+
+@router.get("/v1/oauth/clients", response_model=ClientList, summary="List service accounts")
+async def list_clients(scope: AdminScope, session: SessionDep) -> ClientList:
+    """The tenant's service accounts (never their secrets)."""
+    rows = await service.list_service_accounts(session, scope)
+    return ClientList(clients=[ClientOut.of(r) for r in rows])
+
+
+@router.delete(
+    "/v1/oauth/clients/{client_id}", response_model=ClientOut, summary="Revoke a service account"
+)
+async def revoke_client(client_id: str, scope: AdminScope, session: SessionDep) -> ClientOut:
+    """Revoke a service account: its tokens stop working at once."""
+    return ClientOut.of(await service.revoke_service_account(session, scope, client_id))
+
+
+@router.post(
+    "/v1/oauth/issuers", response_model=IssuerOut, status_code=201, summary="Trust an issuer"
+)
+async def add_issuer(body: IssuerCreate, scope: AdminScope, session: SessionDep) -> IssuerOut:
+    """Accept access tokens from an OpenID Connect issuer (verified with its
+    JWKS), mapping claims to project, scopes and tag scope."""
+    return IssuerOut.of(await service.add_issuer(session, scope, body.model_dump()))
+
+
+@router.get("/v1/oauth/issuers", response_model=IssuerList, summary="List trusted issuers")
+async def list_issuers(scope: AdminScope, session: SessionDep) -> IssuerList:
+    """The OpenID Connect issuers this tenant trusts, with their claim mappings."""
+    rows = await service.list_issuers(session, scope)
+    return IssuerList(issuers=[IssuerOut.of(r) for r in rows])
+
+
+@router.delete("/v1/oauth/issuers/{issuer_id}", status_code=204, summary="Stop trusting an issuer")
+async def remove_issuer(issuer_id: uuid.UUID, scope: AdminScope, session: SessionDep) -> Response:
+    """Stop accepting this issuer's tokens (at once)."""
+    await service.remove_issuer(session, scope, issuer_id)
+    return Response(status_code=204)
