@@ -318,6 +318,15 @@ def cmd_admin(args: argparse.Namespace) -> int:
                             }
                             for t in rows
                         ]
+                    if args.admin_command == "rotate-signing-key":
+                        from app.oauth.keyring import Keyring
+
+                        assert settings.secret_key is not None
+                        keyring = Keyring(
+                            settings.secret_key.get_secret_value(),
+                            access_ttl_s=settings.oauth_access_token_seconds,
+                        )
+                        return {"kid": await keyring.rotate(session), "retired": "all others"}
                     tenant = await tenants.get_tenant_by_name(session, args.tenant)
                     if args.admin_command == "list-keys":
                         keys = await auth_service.list_keys(session, tenant_id=tenant.id)
@@ -403,6 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     rk = admin_sub.add_parser("revoke-key", parents=[common])
     rk.add_argument("tenant", help="tenant name")
     rk.add_argument("key_id")
+    admin_sub.add_parser(
+        "rotate-signing-key",
+        parents=[common],
+        help="new OAuth token-signing key; the old ones verify for one token lifetime more",
+    )
     admin.set_defaults(func=cmd_admin)
     return parser
 

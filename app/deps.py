@@ -118,7 +118,9 @@ async def current_scope(
         raise
     tenant = credential.tenant
     quota = await ratelimit.check(
-        redis, key_id=tenant.credential, limit_per_minute=settings.rate_limit_per_minute
+        redis,
+        key_id=tenant.key_id or tenant.credential,
+        limit_per_minute=settings.rate_limit_per_minute,
     )
     if quota is not None:
         response.headers.update(quota.headers)

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from app import __version__, docs
 from app.admin.router import router as admin_router
 from app.auth.router import router as keys_router
+from app.auth.router import subkeys as subkeys_router
 from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
@@ -33,6 +34,7 @@ from app.mcp_endpoint import McpEndpoint
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
 from app.oauth.keyring import Keyring
+from app.oauth.router import protocol as oauth_protocol
 from app.oauth.router import router as oauth_router
 from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
@@ -167,8 +169,10 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(search_router)
     app.include_router(jobs_router)
     app.include_router(keys_router)
+    app.include_router(subkeys_router)
     app.include_router(admin_router)
     app.include_router(oauth_router)
+    app.include_router(oauth_protocol)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -123,7 +123,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def api_router(**kwargs: Any) -> APIRouter:
+def api_router(
+    *, responses: dict[int | str, dict[str, Any]] | None = None, **kwargs: Any
+) -> APIRouter:
     """Every router of the service: routes pass through :class:`CheckedRoute`
-    and document every error status in the one error shape."""
-    return APIRouter(route_class=CheckedRoute, responses=ERROR_RESPONSES, **kwargs)
+    and document every error status in the one error shape (``responses``
+    may restate some, for protocols with an error shape of their own)."""
+    return APIRouter(
+        route_class=CheckedRoute, responses={**ERROR_RESPONSES, **(responses or {})}, **kwargs
+    )

@@ -58,6 +58,10 @@ async def test_mcp_refuses_a_bad_key_clearly(live_url) -> None:
         headers={"Authorization": "Bearer km_badkey0_" + "x" * 30, "Accept": "application/json"},
     )
     assert r.status_code == 401
-    assert r.json()["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+    assert r.json()["code"] == "unauthorized"
+    # RFC 9728: the challenge says where an MCP client learns how to get a token
+    challenge = r.headers["www-authenticate"]
+    assert challenge.startswith("Bearer resource_metadata=")
+    assert challenge.endswith('/.well-known/oauth-protected-resource/mcp"')
     r = httpx.post(f"{live_url}/mcp", json={})
     assert r.status_code == 401 and "missing credentials" in r.json()["error"]

@@ -27,7 +27,7 @@ SECRETS = ("zebracorn", "quillfeather", "lisbon", "dave miller", "bob-1", "bob-2
 
 def _narrow(base, headers: dict, **body) -> httpx.Response:
     return httpx.post(
-        f"{base}/v1/keys/narrow",
+        f"{base}/v1/subkeys",
         headers=headers,
         json={"name": "sub-agent", "expires_in_seconds": 3600, **body},
     )
@@ -72,7 +72,7 @@ async def scoped(world, live_url, client, make_tenant, make_pipeline):
         for job in reversed(pending):
             await run_job(pipeline, tenant, job["id"])
     r = await client.post(
-        "/v1/keys/narrow",
+        "/v1/subkeys",
         headers=owner,
         json={"name": "alice", "tags": {"user": "alice"}, "expires_in_seconds": 3600,
               "scopes": ["read", "write"]},

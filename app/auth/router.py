@@ -10,6 +10,8 @@ from app.deps import AdminScope, AnyScope, SessionDep, SettingsDep, server_secre
 from app.wire import api_router
 
 router = api_router(prefix="/v1/keys", tags=["keys"])
+# Not under /v1/keys: any credential may use it, and it is not key administration.
+subkeys = api_router(prefix="/v1/subkeys", tags=["keys"])
 
 
 @router.get("", response_model=KeyList, summary="List this tenant's keys")
@@ -36,7 +38,16 @@ async def create_key(
     return KeyCreated(**KeyOut.of(new.row).model_dump(), key=new.secret)
 
 
-@router.post("/narrow", response_model=KeyCreated, status_code=201, summary="Mint a narrower key")
+@router.delete("/{key_id}", response_model=KeyOut, summary="Revoke a key")
+async def revoke_key(key_id: uuid.UUID, scope: AdminScope, session: SessionDep) -> KeyOut:
+    """Revoke a key of the caller's tenant; it stops working at once."""
+    row = await service.revoke_key(
+        session, tenant_id=scope.tenant_id, key_id=key_id, actor=scope.actor
+    )
+    return KeyOut.of(row)
+
+
+@subkeys.post("", response_model=KeyCreated, status_code=201, summary="Mint a narrower key")
 async def narrow_key(
     body: KeyNarrow, scope: AnyScope, session: SessionDep, settings: SettingsDep
 ) -> KeyCreated:
@@ -54,12 +65,3 @@ async def narrow_key(
         server_secret=server_secret(settings),
     )
     return KeyCreated(**KeyOut.of(new.row).model_dump(), key=new.secret)
-
-
-@router.delete("/{key_id}", response_model=KeyOut, summary="Revoke a key")
-async def revoke_key(key_id: uuid.UUID, scope: AdminScope, session: SessionDep) -> KeyOut:
-    """Revoke a key of the caller's tenant; it stops working at once."""
-    row = await service.revoke_key(
-        session, tenant_id=scope.tenant_id, key_id=key_id, actor=scope.actor
-    )
-    return KeyOut.of(row)

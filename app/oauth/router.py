@@ -34,10 +34,19 @@ from app.oauth.schemas import (
     IssuerCreate,
     IssuerList,
     IssuerOut,
+    OAuthErrorOut,
 )
 from app.wire import api_router
 
 router = api_router(tags=["oauth"])
+# The OAuth protocol endpoints answer errors as RFC 6749 §5.2 says.
+protocol = api_router(
+    tags=["oauth"],
+    responses={
+        400: {"model": OAuthErrorOut, "description": "The request is refused (RFC 6749 §5.2)."},
+        401: {"model": OAuthErrorOut, "description": "The client did not authenticate."},
+    },
+)
 MCP_PATH = "/mcp"
 
 
@@ -130,7 +139,8 @@ async def jwks(ctx: Context) -> dict[str, Any]:
 # -- the flow -----------------------------------------------------------------------
 
 
-@router.get("/oauth/authorize", response_class=HTMLResponse, summary="Consent page")
+# The consent page is for people (HTML), not part of the JSON API.
+@router.get("/oauth/authorize", response_class=HTMLResponse, include_in_schema=False)
 async def authorize_page(request: Request, ctx: Context) -> Response:
     """Sign in with an API key of the tenant and choose project and scopes."""
     incoming = await _incoming(request, with_form=False)
@@ -141,7 +151,7 @@ async def authorize_page(request: Request, ctx: Context) -> Response:
     return pages.consent(asked, incoming.args)
 
 
-@router.post("/oauth/authorize", summary="Consent decision", response_class=HTMLResponse)
+@router.post("/oauth/authorize", response_class=HTMLResponse, include_in_schema=False)
 async def authorize(request: Request, ctx: Context) -> Response:
     """The consent form's answer: a redirect to the client with a code (or a refusal)."""
     incoming = await _incoming(request)
@@ -164,7 +174,7 @@ async def authorize(request: Request, ctx: Context) -> Response:
     return _response(answer)
 
 
-@router.post("/oauth/token", summary="Token endpoint")
+@protocol.post("/oauth/token", summary="Token endpoint")
 async def token(request: Request, ctx: Context) -> Response:
     """Authorization code (with PKCE), refresh token and client credentials grants."""
     incoming = await _incoming(request)
@@ -178,7 +188,7 @@ async def token(request: Request, ctx: Context) -> Response:
     return _response(answer)
 
 
-@router.post("/oauth/revoke", summary="Revoke a token (RFC 7009)")
+@protocol.post("/oauth/revoke", summary="Revoke a token (RFC 7009)")
 async def revoke(request: Request, ctx: Context) -> Response:
     """Revoking an access or refresh token revokes its whole grant."""
     incoming = await _incoming(request)
@@ -189,7 +199,7 @@ async def revoke(request: Request, ctx: Context) -> Response:
     )
 
 
-@router.post("/oauth/introspect", summary="Introspect a token (RFC 7662)")
+@protocol.post("/oauth/introspect", summary="Introspect a token (RFC 7662)")
 async def introspect(request: Request, ctx: Context) -> Response:
     """Whether a token is active, for the client it was issued to."""
     incoming = await _incoming(request)
@@ -200,7 +210,7 @@ async def introspect(request: Request, ctx: Context) -> Response:
     )
 
 
-@router.post("/oauth/register", status_code=201, summary="Register a client (RFC 7591)")
+@protocol.post("/oauth/register", status_code=201, summary="Register a client (RFC 7591)")
 async def register(request: Request, ctx: Context) -> Response:
     """Dynamic client registration for MCP clients (authorization code only)."""
     try:

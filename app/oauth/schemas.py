@@ -19,6 +19,11 @@ TAGS_DESCRIPTION = (
 )
 
 
+class OAuthErrorOut(BaseModel):
+    error: str = Field(description="An RFC 6749 error code, e.g. invalid_grant.")
+    error_description: str | None = None
+
+
 class ClientCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200, description="What the service account is for.")
     project: str | None = Field(
