@@ -1,8 +1,11 @@
 """Small per-process caches on the request path (held in ``app.state``).
 
-Projects never change id once made, so (tenant, slug) -> project is safe to
-remember. Key "last used" times need writing at most once a minute per key,
-so the write is skipped while a recent one is known.
+A project keeps its id while it exists, so (tenant, slug) -> project is
+remembered for a short while (an erased project's slug may be made again,
+with a new id; this process forgets at once, others within the TTL). A
+tenant's quotas are remembered as briefly. Key "last used" times need
+writing at most once a minute per key, so the write is skipped while a
+recent one is known.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -17,21 +21,30 @@ V = TypeVar("V")
 
 
 class LRU(Generic[K, V]):
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, ttl: float | None = None) -> None:
         self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self.ttl = ttl
+        self._items: OrderedDict[K, tuple[V, float]] = OrderedDict()
 
     def get(self, key: K) -> V | None:
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]
-        return None
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if self.ttl is not None and time.monotonic() - item[1] > self.ttl:
+            del self._items[key]
+            return None
+        self._items.move_to_end(key)
+        return item[0]
 
     def put(self, key: K, value: V) -> None:
-        self._items[key] = value
+        self._items[key] = (value, time.monotonic())
         self._items.move_to_end(key)
         if len(self._items) > self.size:
             self._items.popitem(last=False)
+
+    def drop(self, match: Callable[[K], bool]) -> None:
+        for key in [k for k in self._items if match(k)]:
+            del self._items[key]
 
 
 class RequestCaches:
@@ -39,7 +52,9 @@ class RequestCaches:
 
     def __init__(self) -> None:
         # (tenant id, slug) -> project id: plain values, never ORM rows.
-        self.projects: LRU[tuple[uuid.UUID, str], uuid.UUID] = LRU(10_000)
+        self.projects: LRU[tuple[uuid.UUID, str], uuid.UUID] = LRU(10_000, ttl=30.0)
+        # tenant id -> (requests per day, jobs per day) quotas, None = unlimited
+        self.quotas: LRU[uuid.UUID, tuple[int | None, int | None]] = LRU(10_000, ttl=30.0)
         self._touched: LRU[uuid.UUID, float] = LRU(10_000)
 
     def needs_touch(self, key_id: uuid.UUID) -> bool:

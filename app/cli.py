@@ -328,6 +328,27 @@ def cmd_admin(args: argparse.Namespace) -> int:
                         )
                         return {"kid": await keyring.rotate(session), "retired": "all others"}
                     tenant = await tenants.get_tenant_by_name(session, args.tenant)
+                    if args.admin_command == "set-quota":
+                        quotas = {
+                            name: getattr(args, name)
+                            for name in tenants.QUOTAS
+                            if getattr(args, name) is not None
+                        }
+                        current = (await tenants.usage_of(session, tenant.id, None))["quotas"]
+                        merged = {**current, **{k: (v or None) for k, v in quotas.items()}}
+                        await tenants.set_quotas(session, tenant.id, merged, actor="cli")
+                        return await tenants.usage_of(session, tenant.id, None)
+                    if args.admin_command == "usage":
+                        return await tenants.usage_of(session, tenant.id, None)
+                    if args.admin_command == "erase-tenant":
+                        if not args.yes:
+                            raise SystemExit(
+                                "keepmem: erasing a tenant cannot be undone; add --yes"
+                            )
+                        from app.tenants import erasure
+
+                        await erasure.erase_tenant(session, tenant.id, actor="cli")
+                        return {"erased": str(tenant.id)}
                     if args.admin_command == "list-keys":
                         keys = await auth_service.list_keys(session, tenant_id=tenant.id)
                         return [
@@ -412,6 +433,19 @@ def build_parser() -> argparse.ArgumentParser:
     rk = admin_sub.add_parser("revoke-key", parents=[common])
     rk.add_argument("tenant", help="tenant name")
     rk.add_argument("key_id")
+    sq = admin_sub.add_parser(
+        "set-quota", parents=[common], help="set a tenant's quotas (0 clears one)"
+    )
+    sq.add_argument("tenant", help="tenant name")
+    for name in ("notes", "bytes", "requests_per_day", "jobs_per_day"):
+        sq.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None)
+    us = admin_sub.add_parser("usage", parents=[common], help="a tenant's usage and quotas")
+    us.add_argument("tenant", help="tenant name")
+    et = admin_sub.add_parser(
+        "erase-tenant", parents=[common], help="erase a tenant and everything it holds"
+    )
+    et.add_argument("tenant", help="tenant name")
+    et.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
     admin_sub.add_parser(
         "rotate-signing-key",
         parents=[common],

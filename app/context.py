@@ -23,3 +23,18 @@ def timed(name: str) -> Iterator[None]:
         spent = timings_var.get()
         if spent is not None:
             spent[name] = spent.get(name, 0.0) + (time.perf_counter() - start) * 1000
+
+
+class Journal:
+    """What a request changed, for its audit entry: the notes the change
+    feed recorded, and whether a service wrote an audit entry of its own."""
+
+    __slots__ = ("notes", "recorded")
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.recorded = False
+
+
+#: Set by the API's unit of work for each request (None outside requests).
+journal_var: ContextVar[Journal | None] = ContextVar("journal", default=None)

@@ -108,9 +108,11 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
-def is_scope_refusal(exc: BaseException) -> bool:
-    """True when row-level security refused a write (SQLSTATE 42501 naming a
-    policy): a tag-scoped credential reaching past its scope."""
+def refusal(exc: BaseException) -> tuple[str, str] | None:
+    """A write the database refused on purpose, as (kind, message): row-level
+    security (SQLSTATE 42501 naming a policy: a tag-scoped credential
+    reaching past its scope) or a quota (KMQ01, raised by the usage
+    triggers). None for anything else."""
     todo: list[BaseException | None] = [exc]
     seen: set[int] = set()
     while todo:
@@ -120,6 +122,9 @@ def is_scope_refusal(exc: BaseException) -> bool:
         seen.add(id(err))
         state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
         if state == "42501" and "row-level security" in str(err):
-            return True
+            return "scope", "this write reaches outside the credential's tag scope"
+        if state == "KMQ01":
+            message = getattr(err, "message", None) or str(err)
+            return "quota", str(message).splitlines()[0]
         todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
-    return False
+    return None

@@ -16,15 +16,26 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit, tenancy
+from app.audit import http as audit
 from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.caches import RequestCaches
-from app.db import Database
-from app.errors import Forbidden, MissingScope, NotConfigured, Unauthorized
+from app.context import Journal, journal_var
+from app.db import Database, refusal
+from app.errors import (
+    AppError,
+    Forbidden,
+    MissingScope,
+    NotConfigured,
+    OutsideScope,
+    QuotaExceeded,
+    Unauthorized,
+)
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
 from app.tenants import service as tenants_service
 from app.tenants.service import DEFAULT_PROJECT
+from app.usage import service as usage
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -47,9 +58,33 @@ def get_limits(settings: SettingsDep) -> Limits:
 LimitsDep = Annotated[Limits, Depends(get_limits)]
 
 
-async def unit_of_work(db: Annotated[Database, Depends(get_db)]) -> AsyncIterator[AsyncSession]:
-    async with db.sessions() as session, session.begin():
-        yield session
+async def unit_of_work(
+    request: Request, db: Annotated[Database, Depends(get_db)]
+) -> AsyncIterator[AsyncSession]:
+    """The request's transaction; its audit entry is written in it, just
+    before the commit (a refused write is recorded after the rollback)."""
+    journal = Journal()
+    journal_var.set(journal)  # this request's task only: nothing to reset
+    async with db.sessions() as session:
+        try:
+            async with session.begin():
+                yield session
+                await audit.close_request(session, request, journal)
+        except Exception as exc:
+            error = _refused_by_database(exc) or exc
+            await audit.refused_request(db, request, error)
+            if error is not exc:
+                raise error from exc
+            raise
+
+
+def _refused_by_database(exc: Exception) -> AppError | None:
+    """A write the database refused on purpose, as the 403 it stands for."""
+    found = refusal(exc)
+    if found is None:
+        return None
+    kind, message = found
+    return OutsideScope(message) if kind == "scope" else QuotaExceeded(message)
 
 
 # scope="function": the commit runs when the route returns, before the
@@ -129,6 +164,7 @@ async def current_scope(
     caches: RequestCaches = request.app.state.caches
     if tenant.key_id is not None and caches.needs_touch(tenant.key_id):
         await auth_service.record_use(session, tenant)
+    await _daily_quotas(request, session, tenant, caches)
     slug = await _project_slug(session, tenant, credential.project_slug, x_project)
     project_id = caches.projects.get((tenant.tenant_id, slug))
     if project_id is None:
@@ -146,7 +182,23 @@ async def current_scope(
             caches.projects.put((tenant.tenant_id, slug), project_id)
     if tenant.project_lock is not None and project_id != tenant.project_lock:
         raise Forbidden(f"this credential is restricted to another project than '{slug}'")
-    return mint(tenant, project_id=project_id, project_slug=slug)
+    scope = mint(tenant, project_id=project_id, project_slug=slug)
+    request.state.scope = scope  # for the request's audit entry
+    return scope
+
+
+async def _daily_quotas(
+    request: Request, session: AsyncSession, tenant: TenantScope, caches: RequestCaches
+) -> None:
+    """Count the request against the tenant's day; refuse it past a daily quota."""
+    limits = caches.quotas.get(tenant.tenant_id)
+    if limits is None:
+        limits = await usage.daily_limits(session, tenant)
+        caches.quotas.put(tenant.tenant_id, limits)
+    requests, jobs = limits
+    await ratelimit.count_day(request.app.state.redis, tenant_id=tenant.tenant_id, limit=requests)
+    if jobs is not None and audit.is_write(request):
+        await usage.check_jobs(session, tenant, jobs)
 
 
 async def _project_slug(

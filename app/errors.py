@@ -36,9 +36,16 @@ class Unauthorized(AppError):
     code = "unauthorized"
 
     def __init__(
-        self, message: str = "missing or invalid API key", *, headers: dict[str, str] | None = None
+        self,
+        message: str = "missing or invalid API key",
+        *,
+        headers: dict[str, str] | None = None,
+        refused: Any = None,
     ) -> None:
         super().__init__(message, headers={"WWW-Authenticate": "Bearer", **(headers or {})})
+        # The tenant scope of a credential that exists but was refused
+        # (revoked, expired): its tenant's audit trail records the attempt.
+        self.refused = refused
 
 
 class Forbidden(AppError):
@@ -143,6 +150,18 @@ class OutsideScope(Forbidden):
     note it cannot see, or a row the database's policies refuse)."""
 
     code = "outside_scope"
+
+
+class QuotaExceeded(Forbidden):
+    """A tenant quota (notes, bytes) would be exceeded; the message names it."""
+
+    code = "quota_exceeded"
+
+
+class DailyQuotaExceeded(TooManyRequests):
+    """A daily quota (requests, jobs) is used up until midnight UTC."""
+
+    code = "quota_exceeded"
 
 
 class JobNotDead(Conflict):

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from app import __version__, docs
 from app.admin.router import router as admin_router
+from app.audit.router import router as audit_router
 from app.auth.router import router as keys_router
 from app.auth.router import subkeys as subkeys_router
 from app.caches import RequestCaches
@@ -41,6 +42,8 @@ from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
 from app.search.router import router as search_router
 from app.settings import Settings
+from app.tenants.router import router as projects_router
+from app.usage.router import router as usage_router
 
 log = logging.getLogger("keepmem")
 
@@ -173,6 +176,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(admin_router)
     app.include_router(oauth_router)
     app.include_router(oauth_protocol)
+    app.include_router(audit_router)
+    app.include_router(usage_router)
+    app.include_router(projects_router)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -13,8 +13,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.context import request_id_var, timings_var
-from app.db import is_outage, is_scope_refusal
-from app.errors import DatabaseUnavailable, OutsideScope
+from app.db import is_outage
+from app.errors import DatabaseUnavailable
 from app.logs import log_failure
 
 log = logging.getLogger("keepmem")
@@ -155,12 +155,6 @@ class RequestContextMiddleware:
                             request_id,
                             headers=[(b"retry-after", b"5")],
                         )
-                elif is_scope_refusal(exc):
-                    if not started:
-                        await send_error(
-                            send, 403, OutsideScope.code,
-                            "this write reaches outside the credential's tag scope", request_id,
-                        )  # fmt: skip
                 else:
                     log_failure(
                         log, f"unhandled error (request_id={request_id})", exc, traceback=True

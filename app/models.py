@@ -47,6 +47,11 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(Text, unique=True)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     disabled_at: Mapped[datetime | None] = mapped_column(TS)
+    # Quotas the operator sets (None: unlimited).
+    quota_notes: Mapped[int | None] = mapped_column(BigInteger)
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    quota_requests_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    quota_jobs_per_day: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Project(Base):
@@ -66,6 +71,8 @@ class Project(Base):
     term_stats_at: Mapped[datetime | None] = mapped_column(TS)
     term_stats_notes: Mapped[int | None] = mapped_column(Integer)
     term_stats_avgdl: Mapped[float | None] = mapped_column(Float)
+    # Notes not updated for this many days are deleted by the sweeper.
+    retention_days: Mapped[int | None] = mapped_column(Integer)
 
 
 def _project_fk() -> ForeignKeyConstraint:
@@ -210,6 +217,7 @@ class Note(Base):
     accessed_at: Mapped[datetime] = mapped_column(TS)
     # Original content is kept only while background work still needs it.
     pending_content: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime | None] = mapped_column(TS)  # deleted by the sweeper after
     # Deferred: only full-text search reads it; loading it on every get is waste.
     fts: Mapped[Any] = mapped_column(TSVECTOR, deferred=True)
 
@@ -352,8 +360,10 @@ class Change(Base):
 
 
 class AuditLog(Base):
+    """Append-only for the application (migration 0012); no foreign key to
+    tenants, so a tenant's erasure leaves the record that it was erased."""
+
     __tablename__ = "audit_log"
-    __table_args__ = (ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),)
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
@@ -363,6 +373,8 @@ class AuditLog(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     request_id: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    project_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    outcome: Mapped[str] = mapped_column(Text, server_default=text("'ok'"))
 
 
 class OAuthKey(Base):

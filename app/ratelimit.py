@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.errors import TooManyRequests
+from app.errors import DailyQuotaExceeded, TooManyRequests
 from app.logs import log_failure
 
 log = logging.getLogger("keepmem.ratelimit")
@@ -120,3 +120,57 @@ async def count_failure(redis: Any, *, address: str, failures_per_minute: int) -
             "too many failed authentications from this address; wait and retry",
             headers=quota.headers,
         )
+
+
+def _day_key(tenant_id: object, day: str) -> str:
+    return f"keepmem:quota:requests:{tenant_id}:{day}"
+
+
+async def count_day(redis: Any, *, tenant_id: object, limit: int | None) -> None:
+    """Count one request of the tenant today (UTC); past its daily quota (if
+    one is set), 429 until midnight."""
+    if redis is None:
+        return
+    now = time.time()
+    day = time.strftime("%Y%m%d", time.gmtime(now))
+    try:
+        key = _day_key(tenant_id, day)
+        used = int(await redis.incr(key))
+        if used == 1:
+            await redis.expire(key, 2 * 86400)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the quota is not enforced
+        log_failure(log, "daily request quota unavailable (not enforced)", exc)
+        return
+    if limit is not None and used > limit:
+        retry = int(86400 - now % 86400) + 1
+        raise DailyQuotaExceeded(
+            f"quota exceeded: requests_per_day (limit {limit}); resets at 00:00 UTC",
+            headers={"Retry-After": str(retry)},
+        )
+
+
+async def requests_today(redis: Any, tenant_id: object) -> int | None:
+    """Requests counted today (None when Redis cannot say)."""
+    if redis is None:
+        return None
+    day = time.strftime("%Y%m%d", time.gmtime())
+    try:
+        value = await redis.get(_day_key(tenant_id, day))
+    except Exception as exc:  # noqa: BLE001
+        log_failure(log, "daily request count unavailable", exc)
+        return None
+    return int(value) if value is not None else 0
+
+
+async def forget_tenant(redis: Any, tenant_id: object, key_ids: list[Any]) -> None:
+    """Drop what Redis holds of an erased tenant (daily counts, key buckets)."""
+    if redis is None:
+        return
+    try:
+        names = [f"keepmem:rl:key:{k}" for k in key_ids]
+        async for name in redis.scan_iter(match=_day_key(tenant_id, "*")):
+            names.append(name)
+        if names:
+            await redis.delete(*names)
+    except Exception as exc:  # noqa: BLE001 - they expire within two days anyway
+        log_failure(log, "could not clear an erased tenant's counters", exc)

@@ -67,6 +67,10 @@ class Settings(BaseSettings):
         default=True, description="Open dynamic client registration (MCP clients need it)."
     )
 
+    audit_retention_days: int = Field(
+        default=400, ge=1, le=36600, description="Audit entries older than this are dropped."
+    )
+
     data_dir: str = Field(default=".keepmem", description="Embedded stack data directory.")
     host: str = "127.0.0.1"
     port: int = 8765

@@ -181,6 +181,7 @@ MINT_ALLOWED = {
     "app/oauth/tokens.py",
     "app/deps.py",
     "app/tenants/service.py",
+    "app/tenants/erasure.py",
     "app/pipeline/runner.py",
     "app/pipeline/dispatcher.py",
 }

@@ -1,4 +1,5 @@
-"""access: OAuth 2.1, narrowed credentials and tag scopes.
+"""access and governance: OAuth 2.1, narrowed credentials and tag scopes;
+the audit log as an append-only API, quotas and usage, retention and erasure.
 
 * ``api_keys`` may be restricted to one project and to a tag scope, and
   remember the credential they were narrowed from (``parent``), so revoking
@@ -15,6 +16,16 @@
   their note is visible. Restrictive policies: they narrow, never widen, the
   tenant policy. ``(SELECT keepmem_tag_scope())`` is evaluated once per
   statement (an init plan), so unscoped work pays one comparison a row.
+
+* Audit: ``audit_log`` keeps the project and the outcome of each entry; the
+  application role may only insert into it (retention and erasure go through
+  SECURITY DEFINER functions), and it no longer cascades from ``tenants``:
+  erasing a tenant leaves the record that it was erased.
+* Quotas: per-tenant limits on ``tenants``; usage counted by triggers into
+  16 shards per tenant (a hot counter row would serialise a tenant's writes),
+  checked as notes and versions are inserted: SQLSTATE ``KMQ01`` names the
+  quota (the API answers 403). Jobs are counted per UTC day.
+* Retention: ``notes.expires_at`` and ``projects.retention_days``.
 
 Revision ID: 0012
 Revises: 0011
@@ -214,6 +225,185 @@ CREATE FUNCTION keepmem_resolve_issuer(p_issuer text, p_audience text[])
 REVOKE ALL ON FUNCTION keepmem_resolve_issuer(text, text[]) FROM PUBLIC;
 """
 
+GOVERNANCE = """
+ALTER TABLE audit_log DROP CONSTRAINT audit_log_tenant_id_fkey;
+ALTER TABLE audit_log
+    ADD COLUMN project_id uuid,
+    ADD COLUMN outcome text NOT NULL DEFAULT 'ok';
+CREATE INDEX ix_audit_time ON audit_log (created_at);
+
+CREATE FUNCTION keepmem_prune_audit(p_tenant uuid, p_project uuid, p_before timestamptz)
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+    DECLARE
+        n bigint;
+    BEGIN
+        IF NOT (keepmem_is_system() OR p_tenant = keepmem_current_tenant()) THEN
+            RAISE EXCEPTION 'keepmem_prune_audit: not this tenant' USING ERRCODE = '42501';
+        END IF;
+        DELETE FROM audit_log
+         WHERE tenant_id = p_tenant
+           AND (p_project IS NULL OR project_id = p_project)
+           AND (p_before IS NULL OR created_at < p_before);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        RETURN n;
+    END
+    $$;
+REVOKE ALL ON FUNCTION keepmem_prune_audit(uuid, uuid, timestamptz) FROM PUBLIC;
+
+ALTER TABLE notes ADD COLUMN expires_at timestamptz;
+CREATE INDEX ix_notes_expires ON notes (expires_at) WHERE expires_at IS NOT NULL;
+ALTER TABLE projects ADD COLUMN retention_days integer;
+
+ALTER TABLE tenants
+    ADD COLUMN quota_notes bigint,
+    ADD COLUMN quota_bytes bigint,
+    ADD COLUMN quota_requests_per_day bigint,
+    ADD COLUMN quota_jobs_per_day bigint;
+
+CREATE TABLE usage_counters (
+    tenant_id uuid NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    shard smallint NOT NULL,
+    notes bigint NOT NULL DEFAULT 0,
+    bytes bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, shard)
+);
+CREATE TABLE usage_daily (
+    tenant_id uuid NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    day date NOT NULL,
+    shard smallint NOT NULL,
+    jobs bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, day, shard)
+);
+
+CREATE FUNCTION keepmem_row_bytes(p_summary text, p_tags jsonb, p_held text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT octet_length(p_summary)::bigint + octet_length(p_tags::text)
+                 + coalesce(octet_length(p_held), 0) $$;
+
+-- Count a change of notes and bytes into one of the tenant's shards; when
+-- something was added, refuse it past the tenant's quota.
+CREATE FUNCTION keepmem_count(p_tenant uuid, p_notes bigint, p_bytes bigint, p_check boolean)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+    DECLARE
+        q record;
+        used record;
+    BEGIN
+        IF p_notes = 0 AND p_bytes = 0 THEN
+            RETURN;
+        END IF;
+        -- A tenant being erased: its counters go with it.
+        IF NOT EXISTS (SELECT 1 FROM tenants WHERE id = p_tenant) THEN
+            RETURN;
+        END IF;
+        INSERT INTO usage_counters AS u (tenant_id, shard, notes, bytes)
+             VALUES (p_tenant, (txid_current() % 16)::smallint, p_notes, p_bytes)
+        ON CONFLICT (tenant_id, shard)
+             DO UPDATE SET notes = u.notes + p_notes, bytes = u.bytes + p_bytes;
+        IF NOT p_check OR (p_notes <= 0 AND p_bytes <= 0) THEN
+            RETURN;
+        END IF;
+        SELECT quota_notes, quota_bytes INTO q FROM tenants WHERE id = p_tenant;
+        IF q.quota_notes IS NULL AND q.quota_bytes IS NULL THEN
+            RETURN;
+        END IF;
+        SELECT coalesce(sum(notes), 0) AS notes, coalesce(sum(bytes), 0) AS bytes INTO used
+          FROM usage_counters WHERE tenant_id = p_tenant;
+        IF p_notes > 0 AND q.quota_notes IS NOT NULL AND used.notes > q.quota_notes THEN
+            RAISE EXCEPTION 'quota exceeded: notes (limit %)', q.quota_notes
+                USING ERRCODE = 'KMQ01';
+        END IF;
+        IF p_bytes > 0 AND q.quota_bytes IS NOT NULL AND used.bytes > q.quota_bytes THEN
+            RAISE EXCEPTION 'quota exceeded: bytes (limit %)', q.quota_bytes
+                USING ERRCODE = 'KMQ01';
+        END IF;
+    END
+    $$;
+
+-- keepmem's own documents (ids starting with '.', seeded in every project)
+-- are not the tenant's: they count towards nothing.
+CREATE FUNCTION keepmem_count_notes() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+    BEGIN
+        IF left(coalesce(NEW.id, OLD.id), 1) = '.' THEN
+            RETURN NULL;
+        END IF;
+        IF TG_OP = 'INSERT' THEN
+            PERFORM keepmem_count(NEW.tenant_id, 1,
+                keepmem_row_bytes(NEW.summary, NEW.tags, NEW.pending_content), true);
+        ELSIF TG_OP = 'DELETE' THEN
+            PERFORM keepmem_count(OLD.tenant_id, -1,
+                -keepmem_row_bytes(OLD.summary, OLD.tags, OLD.pending_content), false);
+        ELSE
+            PERFORM keepmem_count(NEW.tenant_id, 0,
+                keepmem_row_bytes(NEW.summary, NEW.tags, NEW.pending_content)
+                - keepmem_row_bytes(OLD.summary, OLD.tags, OLD.pending_content), false);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+
+-- Versions count towards bytes (checked: a put makes them); parts too, but
+-- unchecked (background work makes them from what was already accepted).
+CREATE FUNCTION keepmem_count_rows() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+    BEGIN
+        IF left(coalesce(NEW.note_id, OLD.note_id), 1) = '.' THEN
+            RETURN NULL;
+        END IF;
+        IF TG_OP = 'INSERT' THEN
+            PERFORM keepmem_count(NEW.tenant_id, 0, keepmem_row_bytes(NEW.summary, NEW.tags, NULL),
+                                  TG_TABLE_NAME = 'note_versions');
+        ELSE
+            PERFORM keepmem_count(OLD.tenant_id, 0,
+                                  -keepmem_row_bytes(OLD.summary, OLD.tags, NULL), false);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+
+-- Jobs are counted per day; the API refuses writes once the day's quota is
+-- used (background work a write already caused is never refused).
+CREATE FUNCTION keepmem_count_jobs() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+    AS $$
+    BEGIN
+        INSERT INTO usage_daily AS u (tenant_id, day, shard, jobs)
+             VALUES (NEW.tenant_id, (now() AT TIME ZONE 'UTC')::date,
+                     (txid_current() % 16)::smallint, 1)
+        ON CONFLICT (tenant_id, day, shard) DO UPDATE SET jobs = u.jobs + 1;
+        RETURN NULL;
+    END
+    $$;
+
+CREATE TRIGGER count_usage AFTER INSERT OR DELETE OR UPDATE OF summary, tags, pending_content
+    ON notes FOR EACH ROW EXECUTE FUNCTION keepmem_count_notes();
+CREATE TRIGGER count_usage AFTER INSERT OR DELETE ON note_versions
+    FOR EACH ROW EXECUTE FUNCTION keepmem_count_rows();
+CREATE TRIGGER count_usage AFTER INSERT OR DELETE ON parts
+    FOR EACH ROW EXECUTE FUNCTION keepmem_count_rows();
+CREATE TRIGGER count_usage AFTER INSERT ON jobs
+    FOR EACH ROW EXECUTE FUNCTION keepmem_count_jobs();
+
+INSERT INTO usage_counters (tenant_id, shard, notes, bytes)
+SELECT tenant_id, 0, sum(n), sum(b) FROM (
+    SELECT tenant_id, count(*) AS n,
+           sum(keepmem_row_bytes(summary, tags, pending_content)) AS b
+      FROM notes WHERE id NOT LIKE '.%' GROUP BY tenant_id
+    UNION ALL
+    SELECT tenant_id, 0, sum(keepmem_row_bytes(summary, tags, NULL))
+      FROM note_versions WHERE note_id NOT LIKE '.%' GROUP BY tenant_id
+    UNION ALL
+    SELECT tenant_id, 0, sum(keepmem_row_bytes(summary, tags, NULL))
+      FROM parts WHERE note_id NOT LIKE '.%' GROUP BY tenant_id
+) counted GROUP BY tenant_id;
+"""
+
 # The OAuth endpoints (token, revocation, introspection, registration) work
 # before a tenant is known: they bind ``keepmem.oauth`` instead.
 OAUTH_TABLES = ("oauth_clients", "oauth_codes", "oauth_grants")
@@ -254,8 +444,18 @@ UNSCOPED = "(SELECT keepmem_tag_scope()) IS NULL"
 
 
 def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
-    for statement in _statements(SCHEMA):
+    for statement in _statements(SCHEMA) + _statements(GOVERNANCE):
         op.execute(statement)
+    for table in ("usage_counters", "usage_daily"):
+        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        rule = "(tenant_id = keepmem_current_tenant() OR keepmem_is_system())"
+        op.execute(f"CREATE POLICY tenant_isolation ON {table} USING {rule} WITH CHECK {rule}")
+        op.execute(f"GRANT SELECT ON {table} TO {app_role}")
+    # The log is appended to by the application, never edited by it.
+    op.execute(f"REVOKE UPDATE, DELETE ON audit_log FROM {app_role}")
+    op.execute(
+        f"GRANT EXECUTE ON FUNCTION keepmem_prune_audit(uuid, uuid, timestamptz) TO {app_role}"
+    )
     for table in OAUTH_TABLES:
         op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         rule = "(tenant_id = keepmem_current_tenant() OR keepmem_is_system() OR keepmem_is_oauth())"
@@ -326,6 +526,34 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
 
 
 def downgrade(app_role: str = "keepmem_app", **_: object) -> None:
+    for table in ("notes", "note_versions", "parts", "jobs"):
+        op.execute(f"DROP TRIGGER IF EXISTS count_usage ON {table}")
+    for fn in (
+        "keepmem_count_jobs()",
+        "keepmem_count_rows()",
+        "keepmem_count_notes()",
+        "keepmem_count(uuid, bigint, bigint, boolean)",
+        "keepmem_row_bytes(text, jsonb, text)",
+        "keepmem_prune_audit(uuid, uuid, timestamptz)",
+    ):
+        op.execute(f"DROP FUNCTION IF EXISTS {fn}")
+    op.execute("DROP TABLE IF EXISTS usage_daily")
+    op.execute("DROP TABLE IF EXISTS usage_counters")
+    op.execute(
+        "ALTER TABLE tenants DROP COLUMN quota_notes, DROP COLUMN quota_bytes, "
+        "DROP COLUMN quota_requests_per_day, DROP COLUMN quota_jobs_per_day"
+    )
+    op.execute("ALTER TABLE projects DROP COLUMN retention_days")
+    op.execute("DROP INDEX IF EXISTS ix_notes_expires")
+    op.execute("ALTER TABLE notes DROP COLUMN expires_at")
+    op.execute(f"GRANT UPDATE, DELETE ON audit_log TO {app_role}")
+    op.execute("DROP INDEX IF EXISTS ix_audit_time")
+    op.execute("ALTER TABLE audit_log DROP COLUMN project_id, DROP COLUMN outcome")
+    op.execute("DELETE FROM audit_log WHERE tenant_id NOT IN (SELECT id FROM tenants)")
+    op.execute(
+        "ALTER TABLE audit_log ADD CONSTRAINT audit_log_tenant_id_fkey FOREIGN KEY (tenant_id) "
+        "REFERENCES tenants(id) ON DELETE CASCADE"
+    )
     for table in (*NOTE_CHILDREN, "notes", "edges", "entities"):
         for name in ("tag_scope", "tag_scope_insert", "tag_scope_update", "tag_scope_delete"):
             op.execute(f"DROP POLICY IF EXISTS {name} ON {table}")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+from fastapi import Request, Response
+
+from app import ratelimit
 from app.auth import service as auth_service
 from app.auth.schemas import (
     KeyCreate,
@@ -16,7 +19,9 @@ from app.auth.schemas import (
     TenantOut,
 )
 from app.deps import SettingsDep, SystemSessionDep, server_secret
+from app.tenants import erasure
 from app.tenants import service as tenants
+from app.usage.router import Quotas, Usage
 from app.wire import api_router
 
 router = api_router(prefix="/v1/admin", tags=["admin"])
@@ -81,3 +86,33 @@ async def revoke_key(tenant_id: uuid.UUID, key_id: uuid.UUID, session: SystemSes
     """Revoke a key; it stops working at once."""
     row = await auth_service.revoke_key(session, tenant_id=tenant_id, key_id=key_id, actor="admin")
     return KeyOut.of(row)
+
+
+@router.delete("/tenants/{tenant_id}", status_code=204, summary="Erase a tenant")
+async def erase_tenant(
+    tenant_id: uuid.UUID, request: Request, session: SystemSessionDep
+) -> Response:
+    """Erase a tenant: every row of it in every table, its keys and tokens
+    with it; one audit entry (without content) records the erasure."""
+    erased = await erasure.erase_tenant(session, tenant_id, actor="admin")
+    await ratelimit.forget_tenant(request.app.state.redis, tenant_id, erased.key_ids)
+    request.app.state.caches.projects.drop(lambda key: key[0] == tenant_id)
+    return Response(status_code=204)
+
+
+@router.put("/tenants/{tenant_id}/quotas", response_model=Usage, summary="Set a tenant's quotas")
+async def set_quotas(
+    tenant_id: uuid.UUID, body: Quotas, request: Request, session: SystemSessionDep
+) -> Usage:
+    """Limits on notes, stored bytes, requests per day and background jobs per
+    day (null: unlimited). Past one, writes get 403 (429 for a daily quota)
+    naming it; nothing is half-written."""
+    await tenants.set_quotas(session, tenant_id, body.model_dump(), actor="admin")
+    request.app.state.caches.quotas.drop(lambda key: key == tenant_id)
+    return Usage(**await tenants.usage_of(session, tenant_id, request.app.state.redis))
+
+
+@router.get("/tenants/{tenant_id}/usage", response_model=Usage, summary="A tenant's usage")
+async def tenant_usage(tenant_id: uuid.UUID, request: Request, session: SystemSessionDep) -> Usage:
+    """What the tenant holds and did today, and its quotas."""
+    return Usage(**await tenants.usage_of(session, tenant_id, request.app.state.redis))

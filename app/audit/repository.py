@@ -1,14 +1,20 @@
-"""Audit log writes: who did what to which tenant, with the request id."""
+"""All SQL touching audit_log: appended in the same transaction as what it
+records, read by the audit API, pruned and erased only through SECURITY
+DEFINER functions (the application role cannot update or delete it)."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import TenantScope
-from app.context import request_id_var
+from app.context import journal_var, request_id_var
 from app.models import AuditLog
 
 
@@ -20,7 +26,12 @@ async def record(
     action: str,
     target: str | None = None,
     detail: dict[str, Any] | None = None,
+    project_id: uuid.UUID | None = None,
+    outcome: str = "ok",
 ) -> None:
+    journal = journal_var.get()
+    if journal is not None:
+        journal.recorded = True
     await session.execute(
         insert(AuditLog).values(
             tenant_id=tenant.tenant_id,
@@ -29,5 +40,70 @@ async def record(
             target=target,
             detail=detail or {},
             request_id=request_id_var.get(),
+            project_id=project_id or getattr(tenant, "project_id", None),
+            outcome=outcome,
         )
     )
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    action: str | None = None  # a prefix: "key." matches key.create and key.revoke
+    actor: str | None = None
+    target: str | None = None
+    outcome: str | None = None  # "ok", or "error" for every failure
+    project_id: uuid.UUID | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before_id: int | None = None  # the paging cursor: entries older than this one
+    limit: int = 100
+
+
+async def entries(session: AsyncSession, tenant: TenantScope, q: AuditQuery) -> Sequence[AuditLog]:
+    """The tenant's entries, newest first."""
+    stmt = select(AuditLog).where(AuditLog.tenant_id == tenant.tenant_id)
+    if q.action:
+        stmt = stmt.where(AuditLog.action.startswith(q.action, autoescape=True))
+    if q.actor:
+        stmt = stmt.where(AuditLog.actor == q.actor)
+    if q.target:
+        stmt = stmt.where(AuditLog.target == q.target)
+    if q.outcome == "ok":
+        stmt = stmt.where(AuditLog.outcome == "ok")
+    elif q.outcome:
+        stmt = stmt.where(AuditLog.outcome != "ok")
+    if q.project_id:
+        stmt = stmt.where(AuditLog.project_id == q.project_id)
+    if q.since:
+        stmt = stmt.where(AuditLog.created_at >= q.since)
+    if q.until:
+        stmt = stmt.where(AuditLog.created_at < q.until)
+    if q.before_id is not None:
+        stmt = stmt.where(AuditLog.id < q.before_id)
+    stmt = stmt.order_by(AuditLog.id.desc()).limit(q.limit)
+    return (await session.scalars(stmt)).all()
+
+
+async def prune(
+    session: AsyncSession,
+    tenant_id: uuid.UUID,
+    *,
+    project_id: uuid.UUID | None = None,
+    before: datetime | None = None,
+) -> int:
+    """Delete a tenant's entries (of one project, older than ``before``)."""
+    n = await session.scalar(
+        text("SELECT keepmem_prune_audit(:t, :p, :b)"),
+        {"t": tenant_id, "p": project_id, "b": before},
+    )
+    return int(n or 0)
+
+
+async def tenants_with_entries_before(
+    session: AsyncSession, before: datetime, limit: int
+) -> list[uuid.UUID]:
+    """Tenants holding entries older than ``before`` (system transaction)."""
+    rows = await session.scalars(
+        select(AuditLog.tenant_id).where(AuditLog.created_at < before).distinct().limit(limit)
+    )
+    return list(rows)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, text, update
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import TenantScope
@@ -114,3 +114,21 @@ async def revoke(session: AsyncSession, tenant: TenantScope, key_id: uuid.UUID) 
         .returning(ApiKey)
     )
     return row
+
+
+async def delete_keys_of_project(
+    session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID
+) -> list[uuid.UUID]:
+    """Erase the keys locked to a project (its erasure revokes them)."""
+    rows = await session.scalars(
+        delete(ApiKey)
+        .where(ApiKey.tenant_id == tenant.tenant_id, ApiKey.project_id == project_id)
+        .returning(ApiKey.id)
+    )
+    return list(rows)
+
+
+async def key_ids(session: AsyncSession, tenant: TenantScope) -> list[uuid.UUID]:
+    return list(
+        await session.scalars(select(ApiKey.id).where(ApiKey.tenant_id == tenant.tenant_id))
+    )

@@ -48,7 +48,9 @@ async def authenticate(
     elif not resolved.parent_live:
         problem = "API key revoked: the credential it was narrowed from is revoked or expired"
     if problem is not None:
-        raise Unauthorized(problem)
+        raise Unauthorized(
+            problem, refused=None if resolved.tenant_disabled else tenant_of(resolved)
+        )
     return resolved
 
 
@@ -61,6 +63,14 @@ def tenant_of(resolved: repo.ResolvedKey) -> TenantScope:
         project_lock=resolved.project_id,
         tag_terms=resolved.tag_scope,
         expires_at=resolved.expires_at,
+    )
+
+
+def oauth_client_tenant(tenant_id: uuid.UUID, client_id: str) -> TenantScope:
+    """The tenant as an OAuth client acts on it at the token endpoint (for
+    the audit trail of tokens issued and revoked; it grants nothing)."""
+    return mint_tenant(
+        tenant_id=tenant_id, key_id=None, credential=f"client:{client_id}", permissions=frozenset()
     )
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
+from app.context import journal_var
 from app.models import Change
 
 
@@ -20,6 +21,7 @@ async def record(
     entity_id: str,
     payload: dict[str, Any] | None = None,
 ) -> None:
+    _journal([entity_id])
     await session.execute(
         insert(Change).values(
             tenant_id=scope.tenant_id,
@@ -37,6 +39,7 @@ async def record_many(
     """One change of the same kind for each entity, in one statement."""
     if not entity_ids:
         return
+    _journal(entity_ids)
     await session.execute(
         insert(Change),
         [
@@ -75,3 +78,10 @@ async def head(session: AsyncSession, scope: Scope) -> int:
         )
     )
     return int(newest or 0)
+
+
+def _journal(entity_ids: Sequence[str]) -> None:
+    """Note the request's changed notes for its audit entry (ids only)."""
+    journal = journal_var.get()
+    if journal is not None and len(journal.notes) < 1000:
+        journal.notes.extend(entity_ids[: 1000 - len(journal.notes)])

@@ -24,6 +24,7 @@ from app.notes.schemas import (
     VersionList,
     VersionOut,
 )
+from app.retention import service as retention
 from app.wire import MAX_OFFSET, api_router
 
 router = api_router(prefix="/v1", tags=["notes"])
@@ -49,7 +50,11 @@ async def put_note(
     """Create or update a note. A content change archives the previous version;
     the same content with new tags updates in place. Long content gets a
     placeholder summary until it is summarised in the background."""
+    expires = body.expires_at is not None or body.ttl_seconds is not None
+    expiry = retention.expiry_of(body.expires_at, body.ttl_seconds) if expires else None
     view = await service.put(session, scope, data=_put_input(body), limits=limits)
+    if expires:
+        await retention.set_expiry(session, scope, view.id, expiry)
     return NoteOut.of(view)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -36,6 +37,15 @@ class PutRequest(BaseModel):
         default=False, description="Re-run processing even if content is unchanged."
     )
     analyze: StrictBool = Field(default=False, description="Also split the note into parts.")
+    expires_at: datetime | None = Field(
+        default=None, description="Delete the note after this time (ISO-8601 with a zone)."
+    )
+    ttl_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=10 * 366 * 86400,
+        description="Delete the note this many seconds from now (0: never expire).",
+    )
 
 
 class NoteOut(BaseModel):

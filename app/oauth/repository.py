@@ -236,3 +236,13 @@ async def resolve_issuer(
         )
     ).scalar()
     return row
+
+
+async def delete_of_project(
+    session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID
+) -> None:
+    """Erase the grants, codes and service accounts of a project."""
+    for model in (OAuthGrant, OAuthCode, OAuthClient):
+        await session.execute(
+            delete(model).where(model.tenant_id == tenant.tenant_id, model.project_id == project_id)
+        )

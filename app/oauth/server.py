@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -60,6 +61,17 @@ T = TypeVar("T")
 CODE_SECONDS = 120
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A token issued or revoked, for its tenant's audit trail."""
+
+    action: str
+    tenant_id: uuid.UUID
+    client_id: str
+    grant_id: uuid.UUID
+    detail: dict[str, Any]
+
+
 class Server(AuthorizationServer):  # type: ignore[misc]
     """One per OAuth request: it holds that request's session and issuer."""
 
@@ -83,6 +95,7 @@ class Server(AuthorizationServer):  # type: ignore[misc]
         self.refresh_days = refresh_days
         self.registration_open = registration_open
         self.pending_grant: uuid.UUID | None = None
+        self.events: list[Event] = []  # for the tenants' audit trails
         self.signing_key: Any = None
         self.register_token_generator("default", _Generator(self))
         self.register_grant(CodeGrant, [CodeChallenge(required=True)])
@@ -113,10 +126,15 @@ class Server(AuthorizationServer):  # type: ignore[misc]
         refresh_hash = digest(refresh) if refresh else None
         refresh_expires = now + timedelta(days=self.refresh_days) if refresh else None
         user: Consent | None = request.user
+        grant_type = request.payload.grant_type or ""
         if user is not None and user.grant_id is not None:  # a refresh: same grant, new tokens
             self.run(
                 _rotate, self.session, user.grant_id, refresh_hash, refresh_expires, access_expires
             )
+            self.events.append(
+                Event("oauth.token", user.tenant_id, request.client.client_id, user.grant_id,
+                      {"grant_type": grant_type})
+            )  # fmt: skip
             return
         client: Client = request.client
         if user is None:  # client credentials: the service account's own terms
@@ -145,6 +163,10 @@ class Server(AuthorizationServer):  # type: ignore[misc]
             access_expires_at=access_expires,
         )
         self.run(repo.insert_grant, self.session, grant)
+        self.events.append(
+            Event("oauth.token", grant.tenant_id, grant.client_id, grant.id,
+                  {"grant_type": grant_type, "scopes": grant.scopes})
+        )  # fmt: skip
 
     def create_oauth2_request(self, request: Any) -> OAuth2Request:
         if isinstance(request, OAuth2Request):
@@ -348,6 +370,8 @@ class _Revocation(RevocationEndpoint):  # type: ignore[misc]
     def revoke_token(self, token: GrantToken, request: OAuth2Request) -> None:
         server: Server = self.server
         server.run(repo.revoke_grant, server.session, token.row.id)
+        row = token.row
+        server.events.append(Event("oauth.revoke", row.tenant_id, row.client_id, row.id, {}))
 
 
 class _Introspection(IntrospectionEndpoint):  # type: ignore[misc]

@@ -76,7 +76,19 @@ async def run(ctx: OAuthContext, act: Callable[[Server], Answer]) -> Answer:
         return Answer(status=400, body=body, headers=[("Cache-Control", "no-store")])
     await tenancy.bind_oauth(ctx.session)
     server = ctx.server()
-    return await anyio.to_thread.run_sync(act, server)
+    answer = await anyio.to_thread.run_sync(act, server)
+    for event in server.events:  # tokens issued or revoked: in their tenant's trail
+        tenant = auth_service.oauth_client_tenant(event.tenant_id, event.client_id)
+        await tenancy.bind(ctx.session, tenant)
+        await audit.record(
+            ctx.session,
+            tenant,
+            actor=tenant.actor,
+            action=event.action,
+            target=f"grant:{event.grant_id}",
+            detail=event.detail,
+        )
+    return answer
 
 
 # -- the consent step ---------------------------------------------------------------

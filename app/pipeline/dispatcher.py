@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from app.audit import service as audit
 from app.auth.scope import scope_for_job
 from app.embeddings import repository as vectors
 from app.jobs import repository as jobs
@@ -23,6 +24,7 @@ from app.jobs.kinds import JobKind
 from app.logs import log_failure
 from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
+from app.retention import repository as retention
 from app.search.fulltext import repository as search
 
 log = logging.getLogger("keepmem.dispatcher")
@@ -110,6 +112,17 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
                 note_id=None,
                 priority=9,
             )
+        # Notes past their expiry or their project's retention.
+        for tenant_id, project_id in await retention.projects_with_due_notes(session, limit=limit):
+            await jobs.enqueue(
+                session,
+                scope_for_job(tenant_id, project_id),
+                kind=JobKind.EXPIRE,
+                note_id=None,
+                priority=7,
+            )
+    # Audit entries past the retention.
+    await audit.prune_expired(pipeline.db, retention_days=pipeline.settings.audit_retention_days)
     return len(missing)
 
 

@@ -26,6 +26,7 @@ from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
 from app.providers.summarization.base import RelatedNote
+from app.retention import service as retention
 from app.search.fulltext import repository as search
 
 Handler = Callable[[list[JobRun]], Awaitable[None]]
@@ -237,6 +238,14 @@ async def term_stats(run: JobRun) -> None:
         await run.finish(session, {"common_terms": found})
 
 
+async def expire(run: JobRun) -> None:
+    """Delete the project's notes past their expiry or its retention (a
+    batch; the sweeper queues another while some remain)."""
+    async with run.transaction() as session:
+        deleted, more = await retention.expire_due(session, run.scope)
+        await run.finish(session, {"deleted": deleted, "more": more})
+
+
 # -- documents -----------------------------------------------------------------------
 
 
@@ -338,6 +347,7 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.ANALYZE: _one(analyze),
     JobKind.TASK: _one(task),
     JobKind.TERM_STATS: _one(term_stats),
+    JobKind.EXPIRE: _one(expire),
     JobKind.FETCH: _one(fetch_document),
     JobKind.OCR: _one(ocr),
     JobKind.EXTRACT_GRAPH: _one(extract_graph),

@@ -6,12 +6,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope, TenantScope
-from app.models import Project, Tenant
+from app.models import Note, Project, Tenant
 
 
 async def insert_tenant(session: AsyncSession, name: str) -> Tenant | None:
@@ -87,3 +87,48 @@ def project_settings_query(scope: Scope) -> Any:
 async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
     value = await session.scalar(select(project_settings_query(scope)))
     return dict(value or {})
+
+
+QUOTAS = ("quota_notes", "quota_bytes", "quota_requests_per_day", "quota_jobs_per_day")
+
+
+async def quotas(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str, int | None]:
+    row = (
+        await session.execute(
+            select(
+                Tenant.quota_notes,
+                Tenant.quota_bytes,
+                Tenant.quota_requests_per_day,
+                Tenant.quota_jobs_per_day,
+            ).where(Tenant.id == tenant_id)
+        )
+    ).first()
+    return dict(zip(QUOTAS, row, strict=True)) if row is not None else dict.fromkeys(QUOTAS)
+
+
+async def set_quotas(
+    session: AsyncSession, tenant_id: uuid.UUID, values: dict[str, int | None]
+) -> bool:
+    result = await session.execute(
+        update(Tenant).where(Tenant.id == tenant_id).values(**values).returning(Tenant.id)
+    )
+    return result.first() is not None
+
+
+async def delete_project(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> int:
+    """Delete a project; every row of it goes with it (foreign keys cascade).
+    Returns how many notes it held."""
+    notes = await session.scalar(
+        select(func.count())
+        .select_from(Note)
+        .where(Note.tenant_id == tenant.tenant_id, Note.project_id == project_id)
+    )
+    await session.execute(
+        delete(Project).where(Project.tenant_id == tenant.tenant_id, Project.id == project_id)
+    )
+    return int(notes or 0)
+
+
+async def delete_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    """Delete a tenant; every row of it goes with it (foreign keys cascade)."""
+    await session.execute(delete(Tenant).where(Tenant.id == tenant_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,6 +23,7 @@ from app.models import Project, Tenant
 from app.notes import service as notes_service
 from app.notes.ids import InvalidId, validate_project_slug
 from app.tenants import repository as repo
+from app.usage import service as usage_service
 
 DEFAULT_PROJECT = "default"
 MAX_TENANT_NAME = 200
@@ -132,3 +134,29 @@ async def _make_project(
     scope = scope_for_project(project.tenant_id, project.id, project.slug)
     await notes_service.seed_system_docs(session, scope)
     return project, True
+
+
+async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:
+    """A tenant's usage and quotas, for the operator."""
+    await get_tenant(session, tenant_id)
+    return await usage_service.usage(session, tenant_for_admin(tenant_id), redis)
+
+
+async def set_quotas(
+    session: AsyncSession, tenant_id: uuid.UUID, quotas: dict[str, int | None], *, actor: str
+) -> None:
+    """Set a tenant's quotas (None: unlimited); recorded in its audit trail."""
+    values = {f"quota_{name}": quotas.get(name) for name in QUOTAS}
+    if not await repo.set_quotas(session, tenant_id, values):
+        raise TenantNotFound(f"tenant not found: {tenant_id}")
+    await audit.record(
+        session,
+        tenant_for_admin(tenant_id),
+        actor=actor,
+        action="tenant.quotas",
+        target=str(tenant_id),
+        detail={name: quotas.get(name) for name in QUOTAS},
+    )
+
+
+QUOTAS = ("notes", "bytes", "requests_per_day", "jobs_per_day")

@@ -1,0 +1,65 @@
+"""GET /v1/audit: the tenant's audit trail (admin credentials; read only)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Query
+from pydantic import BaseModel, Field
+
+from app.audit import repository as repo
+from app.audit import service
+from app.deps import AdminScope, SessionDep
+from app.wire import api_router
+
+router = api_router(prefix="/v1", tags=["audit"])
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str = Field(description="key:<id>, grant:<id>, oidc:<issuer>:<subject>, admin, cli")
+    action: str = Field(description="e.g. api.put_note, key.create, oauth.consent, auth.refused")
+    target: str | None = Field(description="The note or object acted on, when there is one.")
+    project_id: uuid.UUID | None
+    outcome: str = Field(description="ok, or error:<code>")
+    request_id: str | None
+    detail: dict[str, Any] = Field(description="Ids, names and counts; never note content.")
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry]
+    next_cursor: int | None = Field(description="Pass as `cursor` for older entries.")
+
+
+@router.get("/audit", response_model=AuditPage, summary="The audit trail")
+async def audit(
+    scope: AdminScope,
+    session: SessionDep,
+    action: Annotated[str | None, Query(max_length=100, description="Action prefix.")] = None,
+    actor: Annotated[str | None, Query(max_length=300)] = None,
+    target: Annotated[str | None, Query(max_length=3000)] = None,
+    outcome: Annotated[str | None, Query(pattern="^(ok|error)$")] = None,
+    project_id: uuid.UUID | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> AuditPage:
+    """Writes, administration and authentication events of the caller's
+    tenant, newest first, with filters and paging. The log cannot be edited
+    through the API; entries older than the retention are dropped."""
+    rows = await service.entries(
+        session,
+        scope,
+        repo.AuditQuery(
+            action=action, actor=actor, target=target, outcome=outcome, project_id=project_id,
+            since=since, until=until, before_id=cursor, limit=limit,
+        ),
+    )  # fmt: skip
+    return AuditPage(
+        entries=[AuditEntry(**service.view(r)) for r in rows],
+        next_cursor=rows[-1].id if len(rows) == limit else None,
+    )

@@ -1,0 +1,47 @@
+"""The audit trail: reading it, and dropping what is past the retention.
+(What requests record is ``app.audit.http``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import tenancy
+from app.audit import repository as repo
+from app.auth.scope import TenantScope
+from app.db import Database
+from app.models import AuditLog
+from app.timeutil import utcnow
+
+
+async def entries(
+    session: AsyncSession, scope: TenantScope, query: repo.AuditQuery
+) -> Sequence[AuditLog]:
+    return await repo.entries(session, scope, query)
+
+
+async def prune_expired(db: Database, *, retention_days: int, limit: int = 100) -> int:
+    """Drop entries older than the retention (the sweeper, every few minutes)."""
+    before = utcnow() - timedelta(days=retention_days)
+    pruned = 0
+    async with tenancy.system_transaction(db) as session:
+        for tenant_id in await repo.tenants_with_entries_before(session, before, limit):
+            pruned += await repo.prune(session, tenant_id, before=before)
+    return pruned
+
+
+def view(row: AuditLog) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "at": row.created_at,
+        "actor": row.actor,
+        "action": row.action,
+        "target": row.target,
+        "project_id": row.project_id,
+        "outcome": row.outcome,
+        "request_id": row.request_id,
+        "detail": row.detail,
+    }

@@ -1,0 +1,69 @@
+"""Erasure: a project or a whole tenant, every row of it in every table
+(notes, versions, parts, vectors, edges, entities, jobs, feed, blobs, terms,
+usage), its credentials revoked (keys and OAuth grants, codes and service
+accounts locked to it are deleted) and its audit trail dropped, leaving one
+audit entry that records the erasure: who, when, how much; no content."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.audit import repository as audit
+from app.auth import repository as keys
+from app.auth.scope import Scope, tenant_for_admin
+from app.errors import BadRequest, ProjectNotFound, TenantNotFound
+from app.oauth import repository as oauth
+from app.tenants import repository as repo
+from app.usage import repository as usage
+
+
+async def erase_project(session: AsyncSession, scope: Scope, slug: str) -> uuid.UUID:
+    """Erase one of the caller's tenant's projects; returns its id."""
+    project = await repo.get_project(session, scope, slug)
+    if project is None:
+        raise ProjectNotFound(f"project {slug!r} does not exist")
+    if scope.project_lock is not None or scope.tag_terms:
+        raise BadRequest("a restricted credential cannot erase a project")
+    revoked = await keys.delete_keys_of_project(session, scope, project.id)
+    await oauth.delete_of_project(session, scope, project.id)
+    await audit.prune(session, scope.tenant_id, project_id=project.id)
+    notes = await repo.delete_project(session, scope, project.id)
+    await audit.record(
+        session,
+        scope,
+        actor=scope.actor,
+        action="project.erase",
+        target=slug,
+        project_id=project.id,
+        detail={"notes": notes, "keys_revoked": len(revoked)},
+    )
+    return project.id
+
+
+@dataclass(frozen=True, slots=True)
+class ErasedTenant:
+    tenant_id: uuid.UUID
+    key_ids: list[uuid.UUID]  # for the caller to clear what Redis holds of them
+
+
+async def erase_tenant(session: AsyncSession, tenant_id: uuid.UUID, *, actor: str) -> ErasedTenant:
+    """Erase a tenant (operator: a system transaction)."""
+    if await repo.get_tenant(session, tenant_id) is None:
+        raise TenantNotFound(f"tenant not found: {tenant_id}")
+    tenant = tenant_for_admin(tenant_id)
+    key_ids = await keys.key_ids(session, tenant)
+    notes, stored = await usage.stored(session, tenant)
+    await audit.prune(session, tenant_id)
+    await repo.delete_tenant(session, tenant_id)
+    await audit.record(
+        session,
+        tenant,
+        actor=actor,
+        action="tenant.erase",
+        target=str(tenant_id),
+        detail={"notes": notes, "bytes": stored, "keys_revoked": len(key_ids)},
+    )
+    return ErasedTenant(tenant_id=tenant_id, key_ids=key_ids)

@@ -1,0 +1,33 @@
+"""All SQL touching the usage counters (written by triggers, migration 0012:
+notes and stored bytes in 16 shards per tenant, jobs per UTC day)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import TenantScope
+
+
+async def stored(session: AsyncSession, tenant: TenantScope) -> tuple[int, int]:
+    """The tenant's notes and stored bytes (notes, versions and parts)."""
+    row = (
+        await session.execute(
+            text(
+                "SELECT coalesce(sum(notes), 0) AS notes, coalesce(sum(bytes), 0) AS bytes "
+                "FROM usage_counters WHERE tenant_id = :t"
+            ),
+            {"t": tenant.tenant_id},
+        )
+    ).one()
+    return int(row.notes), int(row.bytes)
+
+
+async def jobs_on(session: AsyncSession, tenant: TenantScope, day: date) -> int:
+    value = await session.scalar(
+        text("SELECT coalesce(sum(jobs), 0) FROM usage_daily WHERE tenant_id = :t AND day = :d"),
+        {"t": tenant.tenant_id, "d": day},
+    )
+    return int(value or 0)

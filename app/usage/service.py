@@ -1,0 +1,51 @@
+"""Usage and quotas: what a tenant holds and did today, against the limits
+the operator set. Stored notes and bytes are refused past their quota by the
+database as the write happens (nothing half-written: the transaction rolls
+back); requests and jobs per day are refused at the door (429 until 00:00
+UTC)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import ratelimit
+from app.auth.scope import TenantScope
+from app.errors import DailyQuotaExceeded
+from app.tenants import repository as tenants_repo
+from app.timeutil import utcnow
+from app.usage import repository as repo
+
+QUOTA_NAMES = {
+    "quota_notes": "notes",
+    "quota_bytes": "bytes",
+    "quota_requests_per_day": "requests_per_day",
+    "quota_jobs_per_day": "jobs_per_day",
+}
+
+
+async def daily_limits(session: AsyncSession, tenant: TenantScope) -> tuple[int | None, int | None]:
+    """(requests per day, jobs per day) quotas of the tenant."""
+    q = await tenants_repo.quotas(session, tenant.tenant_id)
+    return q["quota_requests_per_day"], q["quota_jobs_per_day"]
+
+
+async def check_jobs(session: AsyncSession, tenant: TenantScope, limit: int) -> None:
+    """Refuse a write once the day's background jobs reached the quota."""
+    if await repo.jobs_on(session, tenant, utcnow().date()) >= limit:
+        raise DailyQuotaExceeded(
+            f"quota exceeded: jobs_per_day (limit {limit}); resets at 00:00 UTC"
+        )
+
+
+async def usage(session: AsyncSession, tenant: TenantScope, redis: Any) -> dict[str, Any]:
+    notes, stored = await repo.stored(session, tenant)
+    quotas = await tenants_repo.quotas(session, tenant.tenant_id)
+    return {
+        "notes": notes,
+        "bytes": stored,
+        "requests_today": await ratelimit.requests_today(redis, tenant.tenant_id),
+        "jobs_today": await repo.jobs_on(session, tenant, utcnow().date()),
+        "quotas": {QUOTA_NAMES[k]: v for k, v in quotas.items()},
+    }
