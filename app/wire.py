@@ -19,7 +19,7 @@ with :func:`api_router` so no route can skip this door (a test checks it).
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Request, Response
@@ -32,7 +32,29 @@ from app import storable
 from app.errors import InvalidInput
 from app.storable import MAX_OFFSET, InputRefused, check_text
 
-__all__ = ["ERROR_RESPONSES", "MAX_OFFSET", "CheckedRoute", "ErrorOut", "api_router", "loads"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "MAX_OFFSET",
+    "CheckedRoute",
+    "DateTimeText",
+    "ErrorOut",
+    "api_router",
+    "loads",
+    "not_text",
+]
+
+
+def not_text(value: Any) -> Any:
+    """For a ``field_validator(..., mode="before")`` of an integer field: a
+    JSON integer, 5 or 5.0 (as JSON Schema says), never "5" or true."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON number, not text or a boolean")
+    return value
+
+
+#: An ISO-8601 date-time kept as text in the schema and parsed by the route,
+#: whose 400 names the field (pydantic would read a number as a Unix time).
+DateTimeText = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"})]
 
 
 class RefusedInput(HTTPException):

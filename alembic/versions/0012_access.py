@@ -239,11 +239,12 @@ CREATE FUNCTION keepmem_prune_audit(p_tenant uuid, p_project uuid, p_before time
     DECLARE
         n bigint;
     BEGIN
+        -- A tenant's own entries, or (system only, p_tenant NULL) every tenant's.
         IF NOT (keepmem_is_system() OR p_tenant = keepmem_current_tenant()) THEN
             RAISE EXCEPTION 'keepmem_prune_audit: not this tenant' USING ERRCODE = '42501';
         END IF;
         DELETE FROM audit_log
-         WHERE tenant_id = p_tenant
+         WHERE (p_tenant IS NULL OR tenant_id = p_tenant)
            AND (p_project IS NULL OR project_id = p_project)
            AND (p_before IS NULL OR created_at < p_before);
         GET DIAGNOSTICS n = ROW_COUNT;

@@ -86,7 +86,7 @@ async def entries(session: AsyncSession, tenant: TenantScope, q: AuditQuery) -> 
 
 async def prune(
     session: AsyncSession,
-    tenant_id: uuid.UUID,
+    tenant: TenantScope,
     *,
     project_id: uuid.UUID | None = None,
     before: datetime | None = None,
@@ -94,16 +94,12 @@ async def prune(
     """Delete a tenant's entries (of one project, older than ``before``)."""
     n = await session.scalar(
         text("SELECT keepmem_prune_audit(:t, :p, :b)"),
-        {"t": tenant_id, "p": project_id, "b": before},
+        {"t": tenant.tenant_id, "p": project_id, "b": before},
     )
     return int(n or 0)
 
 
-async def tenants_with_entries_before(
-    session: AsyncSession, before: datetime, limit: int
-) -> list[uuid.UUID]:
-    """Tenants holding entries older than ``before`` (system transaction)."""
-    rows = await session.scalars(
-        select(AuditLog.tenant_id).where(AuditLog.created_at < before).distinct().limit(limit)
-    )
-    return list(rows)
+async def prune_all_before(session: AsyncSession, before: datetime) -> int:
+    """Delete every tenant's entries older than ``before`` (system transaction)."""
+    n = await session.scalar(text("SELECT keepmem_prune_audit(NULL, NULL, :b)"), {"b": before})
+    return int(n or 0)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from app.audit import repository as repo
 from app.audit import service
 from app.deps import AdminScope, SessionDep
+from app.errors import BadRequest
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["audit"])
@@ -34,6 +35,21 @@ class AuditPage(BaseModel):
     next_cursor: int | None = Field(description="Pass as `cursor` for older entries.")
 
 
+ISO = "ISO-8601 date-time with a zone, e.g. 2026-11-24T10:00:00Z."
+
+
+def _instant(raw: str | None, name: str) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadRequest(f"invalid {name} {raw[:40]!r}: {ISO}") from exc
+    if value.tzinfo is None:
+        raise BadRequest(f"invalid {name} {raw[:40]!r}: {ISO}")
+    return value
+
+
 @router.get("/audit", response_model=AuditPage, summary="The audit trail")
 async def audit(
     scope: AdminScope,
@@ -43,8 +59,8 @@ async def audit(
     target: Annotated[str | None, Query(max_length=3000)] = None,
     outcome: Annotated[str | None, Query(pattern="^(ok|error)$")] = None,
     project_id: uuid.UUID | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Annotated[str | None, Query(max_length=64, description=ISO)] = None,
+    until: Annotated[str | None, Query(max_length=64, description=ISO)] = None,
     cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
@@ -56,7 +72,8 @@ async def audit(
         scope,
         repo.AuditQuery(
             action=action, actor=actor, target=target, outcome=outcome, project_id=project_id,
-            since=since, until=until, before_id=cursor, limit=limit,
+            since=_instant(since, "since"), until=_instant(until, "until"),
+            before_id=cursor, limit=limit,
         ),
     )  # fmt: skip
     return AuditPage(

@@ -23,14 +23,10 @@ async def entries(
     return await repo.entries(session, scope, query)
 
 
-async def prune_expired(db: Database, *, retention_days: int, limit: int = 100) -> int:
+async def prune_expired(db: Database, *, retention_days: int) -> int:
     """Drop entries older than the retention (the sweeper, every few minutes)."""
-    before = utcnow() - timedelta(days=retention_days)
-    pruned = 0
     async with tenancy.system_transaction(db) as session:
-        for tenant_id in await repo.tenants_with_entries_before(session, before, limit):
-            pruned += await repo.prune(session, tenant_id, before=before)
-    return pruned
+        return await repo.prune_all_before(session, utcnow() - timedelta(days=retention_days))
 
 
 def view(row: AuditLog) -> dict[str, Any]:

@@ -6,10 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from app.models import ApiKey, Tenant
 from app.notes.tags import terms_as_tags
+from app.wire import not_text
 
 Permission = Literal["read", "write", "admin"]
 
@@ -81,6 +82,8 @@ class KeyNarrow(BaseModel):
     expires_in_seconds: int = Field(
         ge=1, le=90 * 86400, description="Lifetime; never past the caller's own expiry."
     )
+
+    _whole = field_validator("expires_in_seconds", mode="before")(not_text)
 
 
 class KeyCreated(KeyOut):

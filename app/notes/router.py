@@ -66,9 +66,19 @@ async def put_notes(
     that log many turns. Each note is stored or refused on its own: the
     results say which, in the order sent, with the error a single put would
     have given."""
+    # Expiries are checked before anything is written (a bad one refuses the batch).
+    expiries = [
+        (retention.expiry_of(n.expires_at, n.ttl_seconds),)
+        if n.expires_at is not None or n.ttl_seconds is not None
+        else None
+        for n in body.notes
+    ]
     done = await service.put_many(
         session, scope, items=[_put_input(n) for n in body.notes], limits=limits
     )
+    for item, expiry in zip(done, expiries, strict=True):
+        if item.view is not None and expiry is not None:
+            await retention.set_expiry(session, scope, item.view.id, expiry[0])
     results = [
         BatchResult(
             status=item.status,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from app.notes.views import ItemView
+from app.wire import DateTimeText, not_text
 
 TagInput = dict[str, Any]
 
@@ -37,7 +37,7 @@ class PutRequest(BaseModel):
         default=False, description="Re-run processing even if content is unchanged."
     )
     analyze: StrictBool = Field(default=False, description="Also split the note into parts.")
-    expires_at: datetime | None = Field(
+    expires_at: DateTimeText | None = Field(
         default=None, description="Delete the note after this time (ISO-8601 with a zone)."
     )
     ttl_seconds: int | None = Field(
@@ -46,6 +46,8 @@ class PutRequest(BaseModel):
         le=10 * 366 * 86400,
         description="Delete the note this many seconds from now (0: never expire).",
     )
+
+    _whole = field_validator("ttl_seconds", mode="before")(not_text)
 
 
 class NoteOut(BaseModel):

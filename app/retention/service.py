@@ -20,7 +20,7 @@ MAX_TTL_SECONDS = 10 * 366 * 86400
 BATCH = 500
 
 
-def expiry_of(expires_at: datetime | None, ttl_seconds: int | None) -> datetime | None:
+def expiry_of(expires_at: str | None, ttl_seconds: int | None) -> datetime | None:
     """When a put asks its note to expire (``ttl_seconds`` 0: never)."""
     if expires_at is not None and ttl_seconds is not None:
         raise BadRequest("give expires_at or ttl_seconds, not both")
@@ -28,9 +28,15 @@ def expiry_of(expires_at: datetime | None, ttl_seconds: int | None) -> datetime 
         if not 0 <= ttl_seconds <= MAX_TTL_SECONDS:
             raise BadRequest(f"ttl_seconds must be 0-{MAX_TTL_SECONDS}")
         return None if ttl_seconds == 0 else utcnow() + timedelta(seconds=ttl_seconds)
-    if expires_at is not None and expires_at.tzinfo is None:
+    if expires_at is None:
+        return None
+    try:
+        when = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadRequest(f"invalid expires_at {expires_at[:40]!r}: use ISO-8601") from exc
+    if when.tzinfo is None:
         raise BadRequest("expires_at needs a time zone (e.g. 2027-01-01T00:00:00Z)")
-    return expires_at
+    return when
 
 
 async def set_expiry(

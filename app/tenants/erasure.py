@@ -29,7 +29,7 @@ async def erase_project(session: AsyncSession, scope: Scope, slug: str) -> uuid.
         raise BadRequest("a restricted credential cannot erase a project")
     revoked = await keys.delete_keys_of_project(session, scope, project.id)
     await oauth.delete_of_project(session, scope, project.id)
-    await audit.prune(session, scope.tenant_id, project_id=project.id)
+    await audit.prune(session, scope, project_id=project.id)
     notes = await repo.delete_project(session, scope, project.id)
     await audit.record(
         session,
@@ -56,8 +56,8 @@ async def erase_tenant(session: AsyncSession, tenant_id: uuid.UUID, *, actor: st
     tenant = tenant_for_admin(tenant_id)
     key_ids = await keys.key_ids(session, tenant)
     notes, stored = await usage.stored(session, tenant)
-    await audit.prune(session, tenant_id)
-    await repo.delete_tenant(session, tenant_id)
+    await audit.prune(session, tenant)
+    await repo.delete_tenant(session, tenant)
     await audit.record(
         session,
         tenant,

@@ -92,7 +92,7 @@ async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any
 QUOTAS = ("quota_notes", "quota_bytes", "quota_requests_per_day", "quota_jobs_per_day")
 
 
-async def quotas(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str, int | None]:
+async def quotas(session: AsyncSession, tenant: TenantScope) -> dict[str, int | None]:
     row = (
         await session.execute(
             select(
@@ -100,17 +100,17 @@ async def quotas(session: AsyncSession, tenant_id: uuid.UUID) -> dict[str, int |
                 Tenant.quota_bytes,
                 Tenant.quota_requests_per_day,
                 Tenant.quota_jobs_per_day,
-            ).where(Tenant.id == tenant_id)
+            ).where(Tenant.id == tenant.tenant_id)
         )
     ).first()
     return dict(zip(QUOTAS, row, strict=True)) if row is not None else dict.fromkeys(QUOTAS)
 
 
 async def set_quotas(
-    session: AsyncSession, tenant_id: uuid.UUID, values: dict[str, int | None]
+    session: AsyncSession, tenant: TenantScope, values: dict[str, int | None]
 ) -> bool:
     result = await session.execute(
-        update(Tenant).where(Tenant.id == tenant_id).values(**values).returning(Tenant.id)
+        update(Tenant).where(Tenant.id == tenant.tenant_id).values(**values).returning(Tenant.id)
     )
     return result.first() is not None
 
@@ -129,6 +129,6 @@ async def delete_project(session: AsyncSession, tenant: TenantScope, project_id:
     return int(notes or 0)
 
 
-async def delete_tenant(session: AsyncSession, tenant_id: uuid.UUID) -> None:
+async def delete_tenant(session: AsyncSession, tenant: TenantScope) -> None:
     """Delete a tenant; every row of it goes with it (foreign keys cascade)."""
-    await session.execute(delete(Tenant).where(Tenant.id == tenant_id))
+    await session.execute(delete(Tenant).where(Tenant.id == tenant.tenant_id))

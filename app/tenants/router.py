@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Path, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from app.deps import AdminScope, SessionDep
 from app.notes.ids import PROJECT_SLUG_PATTERN
 from app.retention import service as retention
 from app.tenants import erasure
-from app.wire import api_router
+from app.wire import api_router, not_text
 
 router = api_router(prefix="/v1", tags=["projects"])
 
@@ -23,6 +23,8 @@ class Retention(BaseModel):
         le=36600,
         description="Notes not updated for this many days are deleted (null: kept forever).",
     )
+
+    _whole = field_validator("days", mode="before")(not_text)
 
 
 @router.delete("/projects/{slug}", status_code=204, summary="Erase a project")

@@ -147,7 +147,7 @@ async def set_quotas(
 ) -> None:
     """Set a tenant's quotas (None: unlimited); recorded in its audit trail."""
     values = {f"quota_{name}": quotas.get(name) for name in QUOTAS}
-    if not await repo.set_quotas(session, tenant_id, values):
+    if not await repo.set_quotas(session, tenant_for_admin(tenant_id), values):
         raise TenantNotFound(f"tenant not found: {tenant_id}")
     await audit.record(
         session,

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from fastapi import Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from app.deps import AdminScope, SessionDep
 from app.usage import service
-from app.wire import api_router
+from app.wire import api_router, not_text
 
 router = api_router(prefix="/v1", tags=["usage"])
 
 
 class Quotas(BaseModel):
-    notes: int | None = Field(default=None, ge=0, le=2**62, description="None: unlimited.")
-    bytes: int | None = Field(default=None, ge=0, le=2**62)
-    requests_per_day: int | None = Field(default=None, ge=0, le=2**62)
-    jobs_per_day: int | None = Field(default=None, ge=0, le=2**62)
+    notes: int | None = Field(default=None, ge=0, le=10**15, description="None: unlimited.")
+    bytes: int | None = Field(default=None, ge=0, le=10**15)
+    requests_per_day: int | None = Field(default=None, ge=0, le=10**15)
+    jobs_per_day: int | None = Field(default=None, ge=0, le=10**15)
+
+    _whole = field_validator("*", mode="before")(not_text)
 
 
 class Usage(BaseModel):

@@ -27,7 +27,7 @@ QUOTA_NAMES = {
 
 async def daily_limits(session: AsyncSession, tenant: TenantScope) -> tuple[int | None, int | None]:
     """(requests per day, jobs per day) quotas of the tenant."""
-    q = await tenants_repo.quotas(session, tenant.tenant_id)
+    q = await tenants_repo.quotas(session, tenant)
     return q["quota_requests_per_day"], q["quota_jobs_per_day"]
 
 
@@ -41,7 +41,7 @@ async def check_jobs(session: AsyncSession, tenant: TenantScope, limit: int) -> 
 
 async def usage(session: AsyncSession, tenant: TenantScope, redis: Any) -> dict[str, Any]:
     notes, stored = await repo.stored(session, tenant)
-    quotas = await tenants_repo.quotas(session, tenant.tenant_id)
+    quotas = await tenants_repo.quotas(session, tenant)
     return {
         "notes": notes,
         "bytes": stored,
