@@ -452,6 +452,7 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
         rule = "(tenant_id = keepmem_current_tenant() OR keepmem_is_system())"
         op.execute(f"CREATE POLICY tenant_isolation ON {table} USING {rule} WITH CHECK {rule}")
         op.execute(f"GRANT SELECT ON {table} TO {app_role}")
+    op.execute(f"GRANT DELETE ON usage_daily TO {app_role}")  # the sweeper forgets old days
     # The log is appended to by the application, never edited by it.
     op.execute(f"REVOKE UPDATE, DELETE ON audit_log FROM {app_role}")
     op.execute(

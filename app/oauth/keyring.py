@@ -23,6 +23,7 @@ from app.oauth import repository as repo
 
 ALG = "RS256"
 _CACHE_SECONDS = 30.0
+_RELOAD_SECONDS = 1.0
 
 
 def _cipher(server_secret: str) -> AESGCM:
@@ -86,8 +87,15 @@ class Keyring:
         assert loaded.signing is not None
         return loaded.signing
 
-    async def verifying_keys(self, session: AsyncSession) -> KeySet:
-        return (await self._load(session)).public
+    async def verifying_keys(self, session: AsyncSession, *, kid: str | None = None) -> KeySet:
+        """The keys that verify; asked for a ``kid`` it does not hold, it
+        re-reads them (another process may have rotated), at most once a second."""
+        loaded = await self._load(session)
+        known = any(k.kid == kid for k in loaded.public)
+        if kid is not None and not known and time.monotonic() - loaded.at > _RELOAD_SECONDS:
+            self.forget()
+            loaded = await self._load(session)
+        return loaded.public
 
     async def jwks(self, session: AsyncSession) -> dict[str, Any]:
         await self.signing_key(session)

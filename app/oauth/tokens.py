@@ -78,7 +78,7 @@ async def authenticate(
     """The tenant scope an access token grants, and for an external token
     the project slug its claims name (the caller locks the scope to it); or 401."""
     kid = _header(token).get("kid")
-    ours = await keyring.verifying_keys(session)
+    ours = await keyring.verifying_keys(session, kid=kid if isinstance(kid, str) else None)
     if isinstance(kid, str) and any(k.kid == kid for k in ours):
         return await _ours(session, _decode(token, ours, [ALG])), None
     return await _external(session, token)

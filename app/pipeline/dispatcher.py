@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from app.audit import service as audit
@@ -26,10 +27,13 @@ from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
+from app.timeutil import utcnow
+from app.usage import repository as usage
 
 log = logging.getLogger("keepmem.dispatcher")
 
 TASK = "run_jobs"
+USAGE_DAYS_KEPT = 40  # daily usage counts (quotas need only today)
 
 
 async def sweep(pipeline: Pipeline) -> int:
@@ -121,8 +125,10 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
                 note_id=None,
                 priority=7,
             )
-    # Audit entries past the retention.
+    # Audit entries past the retention; daily usage counts past a month.
     await audit.prune_expired(pipeline.db, retention_days=pipeline.settings.audit_retention_days)
+    async with pipeline.db.system_transaction() as session:
+        await usage.drop_days_before(session, utcnow().date() - timedelta(days=USAGE_DAYS_KEPT))
     return len(missing)
 
 

@@ -31,3 +31,8 @@ async def jobs_on(session: AsyncSession, tenant: TenantScope, day: date) -> int:
         {"t": tenant.tenant_id, "d": day},
     )
     return int(value or 0)
+
+
+async def drop_days_before(session: AsyncSession, day: date) -> None:
+    """Forget daily counts older than ``day`` (system transaction: every tenant)."""
+    await session.execute(text("DELETE FROM usage_daily WHERE day < :d"), {"d": day})
