@@ -7,6 +7,7 @@ response is sent, so a failed commit is a 5xx, never a false 2xx.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 from urllib.parse import unquote
@@ -31,11 +32,14 @@ from app.errors import (
     QuotaExceeded,
     Unauthorized,
 )
+from app.logs import log_failure
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
 from app.tenants import service as tenants_service
 from app.tenants.service import DEFAULT_PROJECT
 from app.usage import service as usage
+
+log = logging.getLogger("keepmem.api")
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -72,7 +76,10 @@ async def unit_of_work(
                 await audit.close_request(session, request, journal)
         except Exception as exc:
             error = _refused_by_database(exc) or exc
-            await audit.refused_request(db, request, error)
+            try:
+                await audit.refused_request(db, request, error)
+            except Exception as failure:  # noqa: BLE001 - the request's own error wins
+                log_failure(log, "could not record a refused request in the audit log", failure)
             if error is not exc:
                 raise error from exc
             raise

@@ -4,7 +4,8 @@ Row-level security keys on per-transaction settings: ``keepmem.tenant_id``
 (a tenant's work), ``keepmem.tag_scope`` (a tag-scoped credential's terms),
 ``keepmem.oauth`` (the OAuth endpoints' view of the OAuth tables) and
 ``keepmem.system`` (the admin API and the outbox dispatcher, which see every
-tenant). All are set with
+tenant). A tag-scoped transaction also switches to the scoped role (``SET
+LOCAL ROLE``), the one the tag-scope policies apply to. All are set with
 ``set_config(..., true)``, so they end with the transaction and never leak to
 the next user of a pooled connection. Nothing else in the code base sets
 them (tests/test_architecture.py checks).
@@ -33,7 +34,8 @@ async def bind(session: AsyncSession, scope: TenantScope) -> None:
         await session.execute(
             text(
                 "SELECT set_config('keepmem.tenant_id', :tid, true), "
-                "set_config('keepmem.tag_scope', :terms, true)"
+                "set_config('keepmem.tag_scope', :terms, true), "
+                "set_config('role', keepmem_scoped_role(), true)"
             ),
             {"tid": str(scope.tenant_id), "terms": json.dumps(list(scope.tag_terms))},
         )

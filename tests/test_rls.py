@@ -91,3 +91,26 @@ async def test_key_lookup_function_reveals_nothing_without_the_hash(db) -> None:
             )
         ).all()
         assert rows == []
+
+
+async def test_the_scoped_role_holds_exactly_the_app_roles_privileges(settings) -> None:
+    """A tag-scoped transaction switches to ``<app role>_scoped`` (the role
+    the tag-scope policies apply to): a table granted to the application role
+    but not to it would fail scoped requests, and one granted to it alone
+    would widen them. Every migration must grant both."""
+    from sqlalchemy import text
+
+    from app.db import Database
+
+    owner = Database(settings.owner_database_url or "")
+    query = text(
+        "SELECT table_name || ':' || privilege_type FROM information_schema.role_table_grants "
+        "WHERE grantee = :r AND table_schema = 'public' ORDER BY 1"
+    )
+    try:
+        async with owner.transaction() as session:
+            app = list(await session.scalars(query, {"r": settings.app_role}))
+            scoped = list(await session.scalars(query, {"r": f"{settings.app_role}_scoped"}))
+    finally:
+        await owner.dispose()
+    assert app and scoped == app

@@ -265,3 +265,64 @@ async def test_revoking_the_parent_ends_the_child(live_url, tenant) -> None:
     assert r.status_code == 200
     r = httpx.get(f"{live_url}/v1/notes", headers=child_auth)
     assert r.status_code == 401 and "narrowed from" in r.json()["error"]
+
+
+writes = st.one_of(
+    st.builds(
+        lambda i, t: ("POST", "/v1/notes", {"id": i, "content": "alice was here", "tags": t}),
+        ids,
+        st.sampled_from([None, {"user": "bob"}, {"user": ""}, {"topic": "river"}]),
+    ),
+    st.builds(
+        lambda i, t: ("PATCH", f"/v1/notes/{_p(i)}/tags", t),
+        ids,
+        st.sampled_from([{"set": {"user": "bob"}}, {"remove": ["user"]}, {"set": {"x": "y"}}]),
+    ),
+    st.builds(lambda i: ("DELETE", f"/v1/notes/{_p(i)}", None), ids),
+    st.builds(lambda i: ("DELETE", f"/v1/notes/{_p(i)}?delete_versions=false", None), ids),
+    st.builds(
+        lambda s, t: ("POST", "/v1/move", {"name": t, "source": s}),
+        ids,
+        st.sampled_from(["moved", "bob-1", "open-1"]),
+    ),
+    st.builds(
+        lambda i: ("POST", "/v1/notes/batch", {"notes": [{"id": i, "content": "batched"}]}), ids
+    ),
+)
+
+
+def _stable(value):
+    """A note as JSON without what reading it changes (its access time)."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if not k.startswith("_accessed")}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def _others(base: str, owner: dict) -> dict:
+    """What the owner sees of every note that is not alice's."""
+    seen = {}
+    for note_id in THEIRS:
+        r = httpx.get(f"{base}/v1/notes/{note_id}", headers=owner)
+        versions = httpx.get(f"{base}/v1/notes/{note_id}/versions", headers=owner)
+        seen[note_id] = (r.status_code, _stable(r.json()), _stable(versions.json()))
+    return seen
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(request=writes)
+def test_no_write_escapes_the_tag_scope(scoped, request) -> None:
+    method, path, body = request
+    base, alice, owner = scoped["base"], scoped["alice"], scoped["owner"]
+    before = _others(base, owner)
+    r = httpx.request(method, base + path, json=body, headers=alice, timeout=60)
+    assert r.status_code < 500, (method, path, body, r.text)
+    assert not _leaks(r.text, repr((unquote(path), body))), r.text[:300]
+    assert _others(base, owner) == before, (method, path, body)
+    # whatever alice holds carries her tag
+    for n in httpx.get(f"{base}/v1/notes", headers=alice, params={"limit": 200}).json()["notes"]:
+        if not n["id"].startswith("."):
+            assert n["tags"].get("user") == "alice", n
