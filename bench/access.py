@@ -73,8 +73,9 @@ def finds(http, url, headers, queries) -> list[float]:
 def policies(stack) -> list[str]:
     """CREATE statements of the tag-scope policies, to drop and put back."""
     rows = stack.sql(
-        "SELECT string_agg(format('CREATE POLICY %I ON %I AS RESTRICTIVE FOR %s %s %s', "
-        "policyname, tablename, cmd, coalesce('USING (' || qual || ')', ''), "
+        "SELECT string_agg(format('CREATE POLICY %I ON %I AS RESTRICTIVE FOR %s TO %s %s %s', "
+        "policyname, tablename, cmd, array_to_string(roles, ', '), "
+        "coalesce('USING (' || qual || ')', ''), "
         "coalesce('WITH CHECK (' || with_check || ')', '')), chr(30)) "
         "FROM pg_policies WHERE policyname LIKE 'tag_scope%'"
     )
