@@ -213,12 +213,25 @@ def _serve(
 ) -> int:
     import uvicorn
 
-    from app.main import create_app
+    from app.main import create_app, drain
 
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings), host=host, port=port, log_level="warning", lifespan="on"
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        # SIGTERM: stop accepting, let in-flight requests finish this long.
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
     )
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            drain(app)  # event streams end instead of holding the shutdown
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
 
     async def main() -> None:
         task = asyncio.create_task(server.serve())

@@ -24,6 +24,7 @@ from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
+from app.events.router import router as events_router
 from app.flows.router import router as flows_router
 from app.graph.router import router as graph_router
 from app.health.router import router as health_router
@@ -87,6 +88,20 @@ def _methods_for(app: FastAPI, request: Request) -> list[str]:
     return sorted({m for params, methods in matches if params == fewest for m in methods})
 
 
+class Drain:
+    """Set when the server is asked to stop: event streams end (they would
+    otherwise hold the shutdown until its grace period runs out)."""
+
+    requested: bool = False
+
+
+def drain(app: Any) -> None:
+    """Begin draining ``app`` (from a signal handler: sets a flag only)."""
+    state = getattr(app, "state", None)
+    if state is not None and isinstance(getattr(state, "drain", None), Drain):
+        state.drain.requested = True
+
+
 def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     """Build the app. ``db`` may be injected (tests share one engine)."""
 
@@ -99,6 +114,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         app.state.embedder = make_embedder(settings)
         app.state.query_cache = QueryCache()
         app.state.caches = RequestCaches()
+        app.state.event_streams = {}
         app.state.keyring = (
             Keyring(
                 settings.secret_key.get_secret_value(),
@@ -111,6 +127,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
             async with mcp.running():
                 yield
         finally:
+            app.state.drain.requested = True
             await app.state.embedder.aclose()
             if app.state.redis is not None:
                 await app.state.redis.aclose()
@@ -129,6 +146,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     )
     docs.mount(app)
     app.state.settings = settings
+    app.state.drain = Drain()
     # MCP for remote agents (streamable HTTP), beside the REST routes.
     mcp = McpEndpoint(app)
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
@@ -178,6 +196,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(oauth_protocol)
     app.include_router(audit_router)
     app.include_router(usage_router)
+    app.include_router(events_router)
     app.include_router(projects_router)
     app.add_middleware(
         RequestContextMiddleware,

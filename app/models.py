@@ -355,7 +355,38 @@ class Change(Base):
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     mutation: Mapped[str] = mapped_column(Text)
     entity_id: Mapped[str] = mapped_column(ID_TEXT)
+    # What it means to a watcher (put, tag, delete ...; app.feed.kinds);
+    # NULL for bookkeeping rows only keep's export reads.
+    kind: Mapped[str | None] = mapped_column(Text)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Webhook(Base):
+    """A project's subscriber: its changes are POSTed, signed, to ``url``."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index("ix_webhooks_project", "tenant_id", "project_id"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[bytes] = mapped_column(LargeBinary)  # sealed (app.sealing)
+    kinds: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'"))
+    tags: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    description: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    # The last change handed to the job outbox as a delivery.
+    cursor: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    created_by: Mapped[str] = mapped_column(Text, server_default=text("''"))
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
@@ -484,4 +515,5 @@ TENANT_TABLES = (
     "entities",
     "mentions",
     "relations",
+    "webhooks",
 )

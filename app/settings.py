@@ -173,6 +173,26 @@ class Settings(BaseSettings):
         default=10, description="CPU niceness of worker processes: API requests come first."
     )
     reconcile_interval_seconds: float = 300.0
+    # Live changes (GET /v1/events) and webhooks.
+    events_poll_seconds: float = Field(
+        default=1.0, gt=0, description="How often an event stream looks for new changes."
+    )
+    events_heartbeat_seconds: float = Field(
+        default=15.0, gt=0, description="A comment line this often keeps idle streams open."
+    )
+    events_max_streams_per_tenant: int = Field(
+        default=20, ge=1, description="Open event streams per tenant and API process."
+    )
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="A receiver's deadline.")
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, description="Deliveries tried this often (with backoff) before dead."
+    )
+    webhook_poll_seconds: float = Field(
+        default=1.0, gt=0, description="How often workers hand new changes to webhooks."
+    )
+    # Shutdown (SIGTERM): time for in-flight requests and jobs to finish.
+    shutdown_grace_seconds: int = Field(default=30, ge=0)
+    worker_drain_seconds: int = Field(default=60, ge=0)
     fts_common_term_notes: int = Field(
         default=2000,
         description="A word found in more notes of a project than this is 'common': "

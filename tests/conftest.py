@@ -7,6 +7,7 @@ cleaning and every test is also a tenancy test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -102,22 +103,18 @@ async def app_client(asgi_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
             yield c
 
 
-@pytest.fixture(scope="session")
-def live_url(settings: Settings) -> Iterator[str]:
-    """keepmem served by uvicorn in a thread (its own event loop and engine,
-    as in production), for clients that need a real HTTP server. Rate limits
-    are off: clients here send bursts on purpose."""
+@contextlib.contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread (its own event loop, as in
+    production) at the URL yielded; stopped on exit."""
     import threading
 
     import uvicorn
 
     from app.embedded import free_port
 
-    live = settings.model_copy(update={"rate_limit_per_minute": 0, "auth_failures_per_minute": 0})
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(live), host="127.0.0.1", port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -129,6 +126,16 @@ def live_url(settings: Settings) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def live_url(settings: Settings) -> Iterator[str]:
+    """keepmem served by uvicorn in a thread (its own engine), for clients
+    that need a real HTTP server. Rate limits are off: clients here send
+    bursts on purpose."""
+    live = settings.model_copy(update={"rate_limit_per_minute": 0, "auth_failures_per_minute": 0})
+    with serving(create_app(live)) as url:
+        yield url
 
 
 @dataclass

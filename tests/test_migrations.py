@@ -49,7 +49,7 @@ def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
             "'public'::regnamespace",
             database=name,
         )
-        assert int(rls.strip()) == 22  # tenants + TENANT_TABLES + 4 OAuth + 2 usage tables
+        assert int(rls.strip()) == 23  # tenants + TENANT_TABLES + 4 OAuth + 2 usage + webhooks
         hnsw = stack.pg.psql(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_embeddings_hnsw_384'",
             database=name,

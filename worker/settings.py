@@ -76,6 +76,8 @@ class WorkerSettings:
     on_shutdown = shutdown
     queue_name = get_settings().queue_name
     handle_signals = True
+    # SIGTERM: take no new jobs, let running ones finish this long.
+    job_completion_wait = get_settings().worker_drain_seconds
     max_jobs = get_settings().worker_concurrency
     job_timeout = get_settings().job_timeout_seconds
     keep_result = 60

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.context import journal_var
+from app.feed.kinds import KEEP_MUTATIONS, EventKind
 from app.models import Change
 
 
@@ -19,8 +20,11 @@ async def record(
     *,
     mutation: str,
     entity_id: str,
+    kind: EventKind | None,
     payload: dict[str, Any] | None = None,
 ) -> None:
+    """One change; ``kind`` is what it means to a watcher (None: a
+    bookkeeping row only keep's export shows)."""
     _journal([entity_id])
     await session.execute(
         insert(Change).values(
@@ -28,13 +32,19 @@ async def record(
             project_id=scope.project_id,
             mutation=mutation,
             entity_id=entity_id,
+            kind=kind.value if kind is not None else None,
             payload=payload or {},
         )
     )
 
 
 async def record_many(
-    session: AsyncSession, scope: Scope, *, mutation: str, entity_ids: Sequence[str]
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    mutation: str,
+    entity_ids: Sequence[str],
+    kind: EventKind | None,
 ) -> None:
     """One change of the same kind for each entity, in one statement."""
     if not entity_ids:
@@ -48,6 +58,7 @@ async def record_many(
                 "project_id": scope.project_id,
                 "mutation": mutation,
                 "entity_id": entity_id,
+                "kind": kind.value if kind is not None else None,
                 "payload": {},
             }
             for entity_id in entity_ids
@@ -55,28 +66,38 @@ async def record_many(
     )
 
 
-async def after(session: AsyncSession, scope: Scope, *, cursor: int, limit: int) -> list[Change]:
-    """The project's changes after ``cursor`` (a change id), oldest first."""
-    rows = await session.execute(
-        select(Change)
-        .where(
-            Change.tenant_id == scope.tenant_id,
-            Change.project_id == scope.project_id,
-            Change.id > cursor,
-        )
-        .order_by(Change.id)
-        .limit(limit)
-    )
+def _of(scope: Scope, *, watched: bool) -> list[Any]:
+    """The project's rows: keep's mutations, or (``watched``) the rows a
+    watcher sees (those with a kind)."""
+    where = [Change.tenant_id == scope.tenant_id, Change.project_id == scope.project_id]
+    if watched:
+        where.append(Change.kind.is_not(None))
+    else:
+        where.append(Change.mutation.in_(KEEP_MUTATIONS))
+    return where
+
+
+async def after(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    cursor: int,
+    limit: int,
+    watched: bool = False,
+    kinds: Sequence[str] = (),
+) -> list[Change]:
+    """The project's changes after ``cursor`` (a change id), oldest first:
+    keep's, or (``watched``) those a watcher sees, of ``kinds`` if given."""
+    where = [*_of(scope, watched=watched), Change.id > cursor]
+    if kinds:
+        where.append(Change.kind.in_(list(kinds)))
+    rows = await session.execute(select(Change).where(*where).order_by(Change.id).limit(limit))
     return list(rows.scalars())
 
 
-async def head(session: AsyncSession, scope: Scope) -> int:
+async def head(session: AsyncSession, scope: Scope, *, watched: bool = False) -> int:
     """The newest change id of the project (0 when none)."""
-    newest = await session.scalar(
-        select(func.max(Change.id)).where(
-            Change.tenant_id == scope.tenant_id, Change.project_id == scope.project_id
-        )
-    )
+    newest = await session.scalar(select(func.max(Change.id)).where(*_of(scope, watched=watched)))
     return int(newest or 0)
 
 

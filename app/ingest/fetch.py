@@ -24,6 +24,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 
 from app.providers.errors import PermanentError, TransientError
+from app.settings import Settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -59,6 +60,16 @@ class FetchPolicy:
     max_redirects: int = 5
     allow: tuple[IPNetwork, ...] = ()
     user_agent: str = "keepmem-fetch/1 (+https://github.com/keepmem)"
+
+    @classmethod
+    def for_settings(
+        cls, settings: Settings, *, timeout_seconds: float | None = None
+    ) -> FetchPolicy:
+        return cls.of(
+            max_bytes=settings.fetch_max_bytes,
+            timeout_seconds=timeout_seconds or settings.fetch_timeout_seconds,
+            allow_networks=settings.fetch_allow_networks,
+        )
 
     @classmethod
     def of(
@@ -230,3 +241,45 @@ async def _fetch(
             except httpx.HTTPError as exc:
                 raise FetchFailed(f"fetching {url} failed: {type(exc).__name__}: {exc}") from exc
         raise FetchRefused(f"more than {policy.max_redirects} redirects")
+
+
+async def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    policy: FetchPolicy,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> int:
+    """POST ``body`` to ``url`` under the same address rules as a fetch (no
+    redirects followed: a webhook receiver answers itself). Returns the
+    status of a 2xx answer; any other answer is FetchFailed (worth another
+    try), an address keepmem must not reach FetchRefused."""
+    host, ip = await check(url, policy)
+    parts = urlsplit(url)
+    sent = {
+        **headers,
+        "Host": parts.netloc.rsplit("@", 1)[-1],
+        "User-Agent": policy.user_agent,
+        "Content-Type": "application/json",
+    }
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    try:
+        # Streamed and never read: a receiver's answer body is not wanted.
+        async with (
+            asyncio.timeout(policy.timeout_seconds),
+            httpx.AsyncClient(
+                transport=transport, follow_redirects=False, trust_env=False
+            ) as client,
+            client.stream(
+                "POST", _pinned(url, ip), content=body, headers=sent, extensions=extensions
+            ) as response,
+        ):
+            status = response.status_code
+    except TimeoutError as exc:
+        raise FetchFailed(f"{url} did not answer within {policy.timeout_seconds:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise FetchFailed(f"posting to {url} failed: {type(exc).__name__}: {exc}") from exc
+    if not 200 <= status < 300:
+        raise FetchFailed(f"{url} answered HTTP {status}")
+    return status

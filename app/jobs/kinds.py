@@ -16,6 +16,7 @@ class JobKind(StrEnum):
     EXTRACT_GRAPH = "extract_graph"  # entities and relations of a note
     TERM_STATS = "term_stats"  # count a big project's common words (find's full-text stage)
     EXPIRE = "expire"  # delete a project's notes past their expiry or the project's retention
+    WEBHOOK = "webhook"  # POST a batch of a project's events to one of its webhooks
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

@@ -23,6 +23,7 @@ async def enqueue(
     payload: dict[str, Any] | None = None,
     priority: int = 5,
     supersede: bool = True,
+    max_attempts: int | None = None,
 ) -> int:
     """Add a job in the caller's transaction; newer work supersedes pending work.
 
@@ -40,6 +41,7 @@ async def enqueue(
             note_id=note_id,
             payload=payload or {},
             priority=priority,
+            **({"max_attempts": max_attempts} if max_attempts is not None else {}),
         )
         .returning(Job.id)
     )
@@ -410,8 +412,13 @@ async def list_jobs(
     note_id: str | None,
     limit: int,
     before: uuid.UUID | None,
+    payload_match: tuple[str, str] | None = None,
 ) -> Sequence[Job]:
+    """The project's jobs, newest first; ``payload_match`` (key, value):
+    only jobs whose payload has that value at that key."""
     stmt = select(Job).where(Job.tenant_id == scope.tenant_id, Job.project_id == scope.project_id)
+    if payload_match is not None:
+        stmt = stmt.where(Job.payload[payload_match[0]].astext == payload_match[1])
     if status:
         stmt = stmt.where(Job.status == status)
     if kind:

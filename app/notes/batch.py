@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.errors import AppError, BadRequest
 from app.feed import repository as feed
+from app.feed.kinds import EventKind
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -104,7 +105,9 @@ async def _insert_new(
         scope,
         [(note_id, new.values, new.fts_text, new.tag_text) for note_id, new in rows.items()],
     )
-    await feed.record_many(session, scope, mutation="doc_insert", entity_ids=list(inserted))
+    await feed.record_many(
+        session, scope, mutation="doc_insert", entity_ids=list(inserted), kind=EventKind.PUT
+    )
     queued: list[tuple[JobKind, str, dict[str, Any], int]] = []
     pending: dict[str, list[str]] = {}
     tagged: dict[str, dict[str, Any]] = {}

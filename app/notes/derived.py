@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.feed import repository as feed
+from app.feed.kinds import WATCH_ONLY, EventKind
 from app.jobs import repository as jobs
 from app.jobs.kinds import CONTENT_KINDS
 from app.models import Note
@@ -33,7 +34,9 @@ async def apply_summary(session: AsyncSession, scope: Scope, note: Note, summary
     """The summary made for the note's current content."""
     tags = {**note.tags, "_summarized_hash": (note.content_hash or "")[:10]}
     await repo.update_note(session, scope, note.id, values={"summary": summary, "tags": tags})
-    await feed.record(session, scope, mutation="doc_update", entity_id=note.id)
+    await feed.record(
+        session, scope, mutation="doc_update", entity_id=note.id, kind=EventKind.SUMMARY
+    )
 
 
 async def apply_vectors(
@@ -45,6 +48,13 @@ async def apply_vectors(
 ) -> None:
     """Notes' vectors of ``model``: (note id, hash of the embedded text, vector)."""
     await vectors.upsert_notes(session, scope, model=model, rows=list(rows))
+    await feed.record_many(
+        session,
+        scope,
+        mutation=WATCH_ONLY,
+        entity_ids=[note_id for note_id, _, _ in rows],
+        kind=EventKind.EMBEDDING,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +94,12 @@ async def replace_parts(
     tags = {**note.tags, "_analyzed_hash": sha256(analyzed_text)[:10]}
     await repo.update_note(session, scope, note.id, values={"tags": tags})
     await feed.record(
-        session, scope, mutation="part_insert", entity_id=note.id, payload={"parts": len(rows)}
+        session,
+        scope,
+        mutation="part_insert",
+        entity_id=note.id,
+        kind=EventKind.PARTS,
+        payload={"parts": len(rows)},
     )
     return len(rows)
 
@@ -126,5 +141,7 @@ async def give_up(session: AsyncSession, scope: Scope, note_id: str, reason: str
     tags = {k: v for k, v in note.tags.items() if k != PENDING_TAG}
     summary = f"{note_id}: {kind} failed: {reason}"[:1000]
     await repo.update_note(session, scope, note_id, values={"summary": summary, "tags": tags})
-    await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+    await feed.record(
+        session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.FAILED
+    )
     return True

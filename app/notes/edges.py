@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.feed import repository as feed
+from app.feed.kinds import EventKind
 from app.graph import repository as edges_repo
 from app.notes import repository as repo
 from app.notes.ids import InvalidId, is_system_id, normalize_id
@@ -115,7 +116,9 @@ async def _vivify(session: AsyncSession, scope: Scope, targets: Sequence[str]) -
         )
         if stub is not None:
             created.append(target)
-            await feed.record(session, scope, mutation="doc_insert", entity_id=target)
+            await feed.record(
+                session, scope, mutation="doc_insert", entity_id=target, kind=EventKind.PUT
+            )
     return created
 
 

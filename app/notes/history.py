@@ -12,6 +12,7 @@ from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
+from app.feed.kinds import EventKind
 from app.jobs import repository as jobs
 from app.notes import edges
 from app.notes import repository as repo
@@ -71,14 +72,26 @@ async def delete(
             await repo.delete_parts(session, scope, note_id)
             await vectors.delete_for_note(session, scope, note_id, kind="part")
             await jobs.cancel_for_note(session, scope, note_id)
-            await feed.record(session, scope, mutation="version_delete", entity_id=note_id)
-            await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+            await feed.record(
+                session, scope, mutation="version_delete", entity_id=note_id, kind=None
+            )
+            await feed.record(
+                session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.REVERT
+            )
             await edges.sync_tag_edges(session, scope, note_id, split_system(previous.tags)[0])
             return DeleteResult(deleted=note_id, reverted=True, item=note_view(restored))
     await jobs.cancel_for_note(session, scope, note_id)
     await repo.delete_note(session, scope, note_id)
     await edges.forget_note(session, scope, note_id)
-    await feed.record(session, scope, mutation="doc_delete", entity_id=note_id)
+    await feed.record(
+        session,
+        scope,
+        mutation="doc_delete",
+        entity_id=note_id,
+        kind=EventKind.DELETE,
+        # What it was, for watchers (the note is gone when they look).
+        payload={"summary": note.summary[:500], "tags": split_system(note.tags)[0]},
+    )
     return DeleteResult(deleted=note_id, reverted=False, item=None)
 
 
@@ -173,10 +186,14 @@ async def move(
             fts_text="",
             tag_text="",
         )
-        await feed.record(session, scope, mutation="doc_insert", entity_id=target_id)
+        await feed.record(
+            session, scope, mutation="doc_insert", entity_id=target_id, kind=EventKind.MOVE
+        )
     else:
         await repo.update_note(session, scope, target_id, values=head_values)
-        await feed.record(session, scope, mutation="doc_update", entity_id=target_id)
+        await feed.record(
+            session, scope, mutation="doc_update", entity_id=target_id, kind=EventKind.MOVE
+        )
     await repo.insert_versions(
         session,
         scope,
@@ -216,7 +233,9 @@ async def move(
             await repo.delete_note(session, scope, source_id)
             if is_now_id(source_id):
                 await create_now(session, scope, source_id)
-        await feed.record(session, scope, mutation="doc_update", entity_id=source_id)
+        await feed.record(
+            session, scope, mutation="doc_update", entity_id=source_id, kind=EventKind.MOVE
+        )
     moved = await repo.get(session, scope, target_id)
     assert moved is not None
     await edges.sync_tag_edges(session, scope, target_id, split_system(moved.tags)[0])

@@ -180,6 +180,7 @@ async def _import_versions(session: AsyncSession, scope: Scope, note_id: str, ra
             scope,
             mutation="version_insert",
             entity_id=note_id,
+            kind=None,
             payload={"versions": len(ordered)},
         )
     return len(ordered)
@@ -200,6 +201,11 @@ async def _import_parts(session: AsyncSession, scope: Scope, note_id: str, raw: 
     if rows:
         await repo.insert_parts(session, scope, note_id, rows)
         await feed.record(
-            session, scope, mutation="part_insert", entity_id=note_id, payload={"parts": len(rows)}
+            session,
+            scope,
+            mutation="part_insert",
+            entity_id=note_id,
+            kind=None,
+            payload={"parts": len(rows)},
         )
     return len(rows)

@@ -92,7 +92,7 @@ async def put_notes(
     return BatchOut(results=results, stored=stored, failed=len(done) - stored)
 
 
-def _tag_params(raw: list[str]) -> dict[str, list[str]]:
+def tag_params(raw: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for item in raw:
         key, sep, value = item.partition("=")
@@ -129,7 +129,7 @@ async def list_notes(
         scope,
         query=service.ListInput(
             prefix=prefix,
-            tags=_tag_params(tag),
+            tags=tag_params(tag),
             tag_keys=tag_key,
             since=since,
             until=until,

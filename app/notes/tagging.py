@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.errors import NoteNotFound
 from app.feed import repository as feed
+from app.feed.kinds import EventKind
 from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
@@ -69,7 +70,7 @@ async def tag(
         fts_text=note.pending_content,
         tag_text=tag_words(note_id, new_user),
     )
-    await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+    await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.TAG)
     await edges.sync_tag_edges(session, scope, note_id, new_user)
     pending: list[str] = []
     if note.pending_content is not None and note.summary != note.pending_content:

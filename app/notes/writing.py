@@ -17,6 +17,7 @@ from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
 from app.feed import repository as feed
+from app.feed.kinds import EventKind
 from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
@@ -311,12 +312,13 @@ async def _update(
             scope,
             mutation="version_insert",
             entity_id=note_id,
+            kind=None,
             payload={"version": version},
         )
     if content_changed:
         await vectors.delete_for_note(session, scope, note_id, kind="part")
         if await repo.delete_parts(session, scope, note_id):
-            await feed.record(session, scope, mutation="part_delete", entity_id=note_id)
+            await feed.record(session, scope, mutation="part_delete", entity_id=note_id, kind=None)
         values.update(
             summary=summary,
             content_hash=content_hash,
@@ -359,7 +361,9 @@ async def _update(
             graph_extraction=limits.graph_extraction,
         )
     if changed:
-        await feed.record(session, scope, mutation="doc_update", entity_id=note_id)
+        await feed.record(
+            session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.PUT
+        )
     open_jobs = await jobs.open_kinds_by_note(session, scope, [note_id])
     return note_view(note, changed=changed, pending=pending or open_jobs.get(note_id, []))
 
@@ -415,7 +419,7 @@ async def after_insert(
 ) -> list[str]:
     """What every new note gets: its change-feed entry, its tag edges and its
     background work (returns the kinds queued)."""
-    await feed.record(session, scope, mutation="doc_insert", entity_id=note_id)
+    await feed.record(session, scope, mutation="doc_insert", entity_id=note_id, kind=EventKind.PUT)
     if user_tags:
         await edges.sync_tag_edges(session, scope, note_id, user_tags)
     return await enqueue_processing(

@@ -9,16 +9,15 @@ verifies for one access-token lifetime more, then leaves the JWKS.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from joserfc.jwk import Key, KeySet, RSAKey
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import sealing
 from app.oauth import repository as repo
 
 ALG = "RS256"
@@ -26,17 +25,15 @@ _CACHE_SECONDS = 30.0
 _RELOAD_SECONDS = 1.0
 
 
-def _cipher(server_secret: str) -> AESGCM:
-    return AESGCM(hashlib.sha256(b"keepmem-oauth-keys\0" + server_secret.encode()).digest())
+PURPOSE = "keepmem-oauth-keys"  # the sealing key's label (app.sealing)
 
 
 def _seal(server_secret: str, pem: bytes, kid: str) -> bytes:
-    nonce = secrets.token_bytes(12)
-    return nonce + _cipher(server_secret).encrypt(nonce, pem, kid.encode())
+    return sealing.seal(server_secret, PURPOSE, pem, kid)
 
 
 def _open(server_secret: str, sealed: bytes, kid: str) -> bytes:
-    return _cipher(server_secret).decrypt(sealed[:12], sealed[12:], kid.encode())
+    return sealing.unseal(server_secret, PURPOSE, sealed, kid)
 
 
 @dataclass(slots=True)

@@ -18,8 +18,9 @@ from datetime import timedelta
 from typing import Any
 
 from app.audit import service as audit
-from app.auth.scope import scope_for_job
+from app.auth.scope import scope_for_job, tenant_for_jobs
 from app.embeddings import repository as vectors
+from app.events import webhooks
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.logs import log_failure
@@ -27,6 +28,7 @@ from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
+from app.tenants import repository as projects
 from app.timeutil import utcnow
 from app.usage import repository as usage
 
@@ -132,17 +134,39 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
     return len(missing)
 
 
+async def hand_off_webhooks(pipeline: Pipeline) -> int:
+    """Queue deliveries of new changes to every due webhook, one transaction
+    per webhook: one tenant's failure (a quota, say) holds back only its own."""
+    async with pipeline.db.system_transaction() as session:
+        due = await webhooks.due(session)
+    queued = 0
+    for tenant_id, project_id, webhook_id in due:
+        try:
+            async with pipeline.db.system_transaction() as session:
+                slug = await projects.project_slug(session, tenant_for_jobs(tenant_id), project_id)
+                scope = scope_for_job(tenant_id, project_id, slug or "")
+                queued += await webhooks.hand_off(
+                    session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
+                )
+        except Exception as exc:  # noqa: BLE001 - the others go on; this one is retried
+            log_failure(log, "webhook hand-off failed (will retry)", exc)
+    return queued
+
+
 async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = None) -> None:
     """Sweep and dispatch until cancelled; errors are logged and retried."""
     settings = pipeline.settings
     next_reconcile = time.monotonic() + 5.0
-    next_sweep = 0.0
+    next_sweep = next_webhooks = 0.0
     while stop is None or not stop.is_set():
         moved = 0
         try:
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + 1.0
                 await sweep(pipeline)
+            if time.monotonic() >= next_webhooks:
+                next_webhooks = time.monotonic() + settings.webhook_poll_seconds
+                await hand_off_webhooks(pipeline)
             moved = await dispatch(pipeline, redis)
             if time.monotonic() >= next_reconcile:
                 next_reconcile = time.monotonic() + settings.reconcile_interval_seconds

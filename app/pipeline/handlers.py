@@ -7,12 +7,14 @@ apply shape is ``jobrun.on_current_note``.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.embeddings import repository as vectors
+from app.events import webhooks
 from app.graph import service as graph
 from app.ingest import documents
 from app.ingest.fetch import FetchPolicy, fetch
@@ -254,12 +256,7 @@ async def fetch_document(run: JobRun) -> None:
     store as the note's content (which queues embedding and summary)."""
     p, payload = run.pipeline, run.job.payload
     uri = str(payload.get("uri", ""))
-    policy = FetchPolicy.of(
-        max_bytes=p.settings.fetch_max_bytes,
-        timeout_seconds=p.settings.fetch_timeout_seconds,
-        allow_networks=p.settings.fetch_allow_networks,
-    )
-    got = await fetch(uri, policy)
+    got = await fetch(uri, FetchPolicy.for_settings(p.settings))
     doc = await documents.read(
         got.data, content_type=got.content_type, charset=got.charset,
         max_pdf_pages=p.settings.max_pdf_pages,
@@ -342,7 +339,35 @@ def _one(handler: Callable[[JobRun], Awaitable[None]]) -> Handler:
     return run_one
 
 
+async def webhook(run: JobRun) -> None:
+    """POST a batch of events to one of the project's webhooks, signed."""
+    p, payload = run.pipeline, run.job.payload
+    if p.settings.secret_key is None:
+        raise PermanentError("KEEPMEM_SECRET_KEY is not set: webhook secrets cannot be read")
+    webhook_id = uuid.UUID(str(payload.get("webhook_id")))
+    async with run.transaction() as session:
+        found = await webhooks.target(
+            session, run.scope, webhook_id, server_secret=p.settings.secret_key.get_secret_value()
+        )
+        if found is None:
+            await run.finish(session, {"skipped": "webhook deleted"})
+            return
+    url, secret = found
+    status = await webhooks.send(
+        url,
+        secret,
+        delivery_id=str(run.job.public_id),
+        payload={"webhook_id": str(webhook_id), "events": payload.get("events") or []},
+        policy=FetchPolicy.for_settings(
+            p.settings, timeout_seconds=p.settings.webhook_timeout_seconds
+        ),
+    )
+    async with run.transaction() as session:
+        await run.finish(session, {"status": status})
+
+
 HANDLERS: dict[JobKind, Handler] = {
+    JobKind.WEBHOOK: _one(webhook),
     JobKind.SUMMARIZE: _one(summarize),
     JobKind.ANALYZE: _one(analyze),
     JobKind.TASK: _one(task),

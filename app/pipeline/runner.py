@@ -105,7 +105,9 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
     )
     if not isinstance(exc, ProviderError):
         log.exception("job %s (%s) failed", job.id, job.kind)
-    out_of_attempts = job.attempts >= settings.job_max_attempts
+    # Deliveries carry their own limit (settings.webhook_max_attempts).
+    limit = job.max_attempts if job.kind == JobKind.WEBHOOK.value else settings.job_max_attempts
+    out_of_attempts = job.attempts >= limit
     retry = None if (permanent or out_of_attempts) else backoff(settings, job.attempts)
     async with job_run.transaction() as session:
         await jobs.fail(

@@ -1,0 +1,109 @@
+"""Wire schemas of webhooks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, Field, field_validator
+
+from app.jobs.schemas import JobOut
+from app.models import Webhook
+
+Url = Annotated[
+    str,
+    Field(
+        min_length=8,
+        max_length=2000,
+        pattern=r"^https?://",
+        description="http(s) URL the events are POSTed to; it must resolve to a public "
+        "address unless the operator allows the network (KEEPMEM_FETCH_ALLOW_NETWORKS).",
+    ),
+]
+Kinds = Annotated[
+    list[Annotated[str, Field(max_length=40)]],
+    Field(
+        max_length=20,
+        description="Event kinds wanted (put, tag, delete, move, revert, summary, "
+        "embedding, parts, failed); empty: all.",
+    ),
+]
+Tags = Annotated[
+    dict[Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=500)]],
+    Field(
+        max_length=20,
+        description='Only events of notes holding these tags (`""`: the key, any value).',
+    ),
+]
+
+
+class WebhookIn(BaseModel):
+    url: Url
+    kinds: Kinds = []
+    tags: Tags = {}
+    description: str = Field(default="", max_length=500)
+    secret: str | None = Field(
+        default=None,
+        min_length=16,
+        max_length=200,
+        description="Signing secret; one is made (and shown once) when left out.",
+    )
+
+
+class WebhookPatch(BaseModel):
+    url: Url | None = None
+    kinds: Kinds | None = None
+    tags: Tags | None = None
+    description: str | None = Field(default=None, max_length=500)
+    active: bool | None = Field(
+        default=None,
+        description="false pauses (changes wait, nothing is skipped); true resumes.",
+    )
+
+    @field_validator("active", mode="before")
+    @classmethod
+    def _strict_bool(cls, value: object) -> object:
+        if value is not None and not isinstance(value, bool):
+            raise ValueError("active must be true or false")
+        return value
+
+
+class WebhookOut(BaseModel):
+    id: str
+    url: str
+    kinds: list[str]
+    tags: dict[str, str]
+    description: str
+    active: bool
+    cursor: int = Field(description="The last change handed to a delivery.")
+    created_at: datetime
+    created_by: str
+
+    @classmethod
+    def of(cls, hook: Webhook) -> WebhookOut:
+        return cls(
+            id=str(hook.id),
+            url=hook.url,
+            kinds=list(hook.kinds),
+            tags=dict(hook.tags),
+            description=hook.description,
+            active=hook.active,
+            cursor=hook.cursor,
+            created_at=hook.created_at,
+            created_by=hook.created_by,
+        )
+
+
+class WebhookCreated(WebhookOut):
+    secret: str = Field(description="The signing secret: shown this once.")
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookOut]
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[JobOut] = Field(
+        description="Newest first: each a job of kind `webhook` (retry a dead one with "
+        "POST /v1/jobs/{id}/retry)."
+    )

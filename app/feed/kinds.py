@@ -1,0 +1,37 @@
+"""What a change means to someone watching a project (``GET /v1/events``,
+webhooks): the ``kind`` a change-feed row carries beside keep's mutation."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    PUT = "put"  # a note written (new, or new content or tags by put)
+    TAG = "tag"  # tags changed by a tag request
+    DELETE = "delete"
+    MOVE = "move"  # versions moved between notes (both notes get one)
+    REVERT = "revert"  # the newest version dropped, the previous one restored
+    SUMMARY = "summary"  # the worker's summary of the current content is in
+    EMBEDDING = "embedding"  # the current content's vector is in (searchable by meaning)
+    PARTS = "parts"  # the note's parts were made (analyze)
+    FAILED = "failed"  # a fetch or OCR gave up: the note says why
+
+
+#: keep's own mutation names (its export reads only these).
+KEEP_MUTATIONS = (
+    "doc_insert",
+    "doc_delete",
+    "doc_update",
+    "part_insert",
+    "part_update",
+    "part_delete",
+    "version_insert",
+    "version_update",
+    "version_delete",
+    "edge_insert",
+    "edge_update",
+    "edge_delete",
+)
+#: A change only watchers see (no keep mutation stands for it).
+WATCH_ONLY = "event"
