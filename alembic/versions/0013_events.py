@@ -51,7 +51,9 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
     op.execute(
         f"CREATE POLICY tenant_isolation ON webhooks USING {TENANT_RULE} WITH CHECK {TENANT_RULE}"
     )
-    op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON webhooks TO {app_role}")
+    # The scoped role (0012) holds exactly the app role's privileges.
+    for role in (app_role, f"{app_role}_scoped"):
+        op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON webhooks TO {role}")
 
 
 def downgrade(app_role: str = "keepmem_app", **_: object) -> None:

@@ -76,4 +76,4 @@ async def due(session: AsyncSession, *, limit: int) -> Sequence[Due]:
         .where(Webhook.active, newer)
         .limit(limit)
     )
-    return [(t, p, w) for t, p, w in rows.tuples()]
+    return [(t, p, w) for t, p, w in rows.all()]
