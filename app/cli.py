@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app import logs
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -215,12 +216,14 @@ def _serve(
 
     from app.main import create_app, drain
 
+    logs.configure(settings.log_format, settings.log_level)
     app = create_app(settings)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        log_level="warning",
+        log_config=None,  # logs.configure's handlers (JSON lines by default)
+        log_level=settings.log_level.lower(),
         lifespan="on",
         # SIGTERM: stop accepting, let in-flight requests finish this long.
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,

@@ -9,6 +9,9 @@ from contextvars import ContextVar
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
+#: The tenant a request or job acts for, once known (for log lines).
+tenant_var: ContextVar[str | None] = ContextVar("tenant", default=None)
+
 #: Named durations (ms) a request spent in its parts, for the Server-Timing header.
 timings_var: ContextVar[dict[str, float] | None] = ContextVar("timings", default=None)
 

@@ -48,6 +48,20 @@ class Database:
             max_overflow=settings.db_max_overflow,
         )
 
+    def pool_status(self) -> dict[str, int]:
+        """The pool's connections (for the metrics)."""
+        pool = self.engine.pool
+        figures: dict[str, int] = {}
+        for name, read in (
+            ("in_use", "checkedout"),
+            ("idle", "checkedin"),
+            ("overflow", "overflow"),
+            ("size", "size"),
+        ):
+            method = getattr(pool, read, None)
+            figures[name] = max(int(method()), 0) if callable(method) else 0
+        return figures
+
     async def dispose(self) -> None:
         await self.engine.dispose()
 

@@ -21,7 +21,7 @@ from app.audit import http as audit
 from app.auth import service as auth_service
 from app.auth.scope import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.caches import RequestCaches
-from app.context import Journal, journal_var
+from app.context import Journal, journal_var, tenant_var
 from app.db import Database, refusal
 from app.errors import (
     AppError,
@@ -159,6 +159,7 @@ async def current_scope(
         await ratelimit.count_failure(redis, address=address, failures_per_minute=failures)
         raise
     tenant = credential.tenant
+    tenant_var.set(str(tenant.tenant_id))  # this request's task only (log lines)
     quota = await ratelimit.check(
         redis,
         key_id=tenant.key_id or tenant.credential,

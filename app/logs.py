@@ -9,9 +9,15 @@ seconds is counted, and the count goes out with the next line.
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import threading
 import time
+from datetime import UTC, datetime
+from typing import Any
+
+from app.context import request_id_var, tenant_var
 
 _lock = threading.Lock()
 _last: dict[str, float] = {}
@@ -50,3 +56,38 @@ def log_failure(
         exc_info=exc if traceback else None,
     )
     return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the request
+    id and tenant id of the request or job it happened in, and the
+    traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": request_id_var.get(),
+            "tenant_id": tenant_var.get(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure(log_format: str, level: str) -> None:
+    """Logging of a keepmem process (serve, worker): JSON lines or text, on
+    stderr, at ``level`` (uvicorn's and arq's loggers included)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "arq"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from app import __version__, docs
+from app import __version__, docs, tracing
 from app.admin.router import router as admin_router
 from app.audit.router import router as audit_router
 from app.auth.router import router as keys_router
@@ -27,6 +27,7 @@ from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_erro
 from app.events.router import router as events_router
 from app.flows.router import router as flows_router
 from app.graph.router import router as graph_router
+from app.health.router import operations as operations_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
 from app.jobs.router import router as jobs_router
@@ -109,6 +110,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_db = db is None
         app.state.db = db if db is not None else Database.from_settings(settings)
+        if provider is not None:
+            tracing.instrument_engine(app.state.db.engine, provider)
         app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
         # Query embeddings run in-process (the model loads on first use).
         app.state.embedder = make_embedder(settings)
@@ -128,6 +131,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
                 yield
         finally:
             app.state.drain.requested = True
+            if provider is not None:
+                provider.shutdown()  # flushes the spans still buffered
             await app.state.embedder.aclose()
             if app.state.redis is not None:
                 await app.state.redis.aclose()
@@ -145,6 +150,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         redoc_url=None,
     )
     docs.mount(app)
+    provider = tracing.setup(settings)
+    if provider is not None:
+        tracing.instrument_app(app, provider)
     app.state.settings = settings
     app.state.drain = Drain()
     # MCP for remote agents (streamable HTTP), beside the REST routes.
@@ -183,6 +191,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         return await app_error(request, as_app_error(exc, allow=lambda: _methods_for(app, request)))
 
     app.include_router(health_router)
+    app.include_router(operations_router)
     app.include_router(notes_router)
     app.include_router(flows_router)
     app.include_router(upload_router)

@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import metrics
 from app.context import request_id_var, timings_var
 from app.db import is_outage
 from app.errors import DatabaseUnavailable
@@ -118,11 +119,13 @@ class RequestContextMiddleware:
                 return message
 
             began = time.perf_counter()
+            status = 500
 
             async def send_with_id(message: Message) -> None:
-                nonlocal started
+                nonlocal started, status
                 if message["type"] == "http.response.start":
                     started = True
+                    status = int(message["status"])
                     message = dict(message)
                     elapsed = (time.perf_counter() - began) * 1000
                     message["headers"] = [
@@ -135,6 +138,10 @@ class RequestContextMiddleware:
 
             try:
                 await self.app(scope, limited_receive, send_with_id)
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                metrics.observe_request(
+                    scope.get("method", ""), route, status, time.perf_counter() - began
+                )
             except _TooLarge:
                 if not started:
                     await send_error(send, 413, "payload_too_large", too_large, request_id)

@@ -309,6 +309,13 @@ class Job(Base):
         ),
         Index("ix_jobs_note", "tenant_id", "project_id", "note_id", "kind"),
         Index("ix_jobs_public_id", "tenant_id", "public_id", unique=True),
+        Index(
+            "ix_jobs_open",
+            "kind",
+            "status",
+            "created_at",
+            postgresql_where=text("status IN ('pending', 'dispatched', 'running', 'dead')"),
+        ),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

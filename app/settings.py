@@ -190,6 +190,20 @@ class Settings(BaseSettings):
     webhook_poll_seconds: float = Field(
         default=1.0, gt=0, description="How often workers hand new changes to webhooks."
     )
+    # Operations: metrics, traces, logs.
+    metrics_token: SecretStr | None = Field(
+        default=None, description="Bearer token for GET /metrics (else the admin token)."
+    )
+    worker_metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="A worker serves its metrics here (0: off)."
+    )
+    worker_metrics_host: str = "127.0.0.1"
+    otel_endpoint: str = Field(
+        default="", description="OTLP/HTTP collector (http://host:4318): tracing on when set."
+    )
+    otel_service_name: str = "keepmem"
+    log_format: str = Field(default="json", pattern="^(json|text)$")
+    log_level: str = Field(default="WARNING", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     # Shutdown (SIGTERM): time for in-flight requests and jobs to finish.
     shutdown_grace_seconds: int = Field(default=30, ge=0)
     worker_drain_seconds: int = Field(default=60, ge=0)

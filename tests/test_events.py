@@ -268,6 +268,7 @@ def test_sigterm_ends_streams_and_the_server_exits(stack: Stack, tenant: Tenant)
         "KEEPMEM_REDIS_URL": stack.redis.url,
         "KEEPMEM_SECRET_KEY": SECRET,
         "KEEPMEM_EVENTS_POLL_SECONDS": "0.1",
+        "KEEPMEM_LOG_LEVEL": "INFO",
     }
     proc = subprocess.Popen(
         [sys.executable, "-c", "from app.cli import main; main()", "serve", "--port", str(port)],
@@ -297,7 +298,10 @@ def test_sigterm_ends_streams_and_the_server_exits(stack: Stack, tenant: Tenant)
         assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
         assert ended_after < 10
         assert proc.stderr is not None
-        assert "Traceback" not in proc.stderr.read()
+        logged = [json.loads(line) for line in proc.stderr.read().splitlines() if line.strip()]
+        # JSON lines (the default format), uvicorn's own included; no errors.
+        assert any("Shutting down" in line["message"] for line in logged)
+        assert all(line["level"] in ("INFO", "WARNING") for line in logged), logged
     finally:
         if proc.poll() is None:
             proc.kill()

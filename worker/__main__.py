@@ -16,6 +16,7 @@ from arq.worker import run_worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app import logs
 from app.settings import get_settings
 from worker.settings import WorkerSettings, redis_settings
 
@@ -23,8 +24,8 @@ log = logging.getLogger("keepmem.worker")
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
     settings = get_settings()
+    logs.configure(settings.log_format, settings.log_level)
     if settings.worker_nice > 0:
         # Background work yields the CPU to the API on shared machines.
         os.nice(settings.worker_nice)

@@ -13,6 +13,7 @@ from typing import Any
 
 from arq.connections import RedisSettings
 
+from app import metrics, tracing
 from app.db import Database
 from app.health import repository as health
 from app.pipeline import dispatcher, runner
@@ -31,6 +32,12 @@ async def startup(ctx: dict[str, Any]) -> None:
         query_cache=QueryCache(),
     )
     ctx["pipeline"] = pipeline
+    metrics.watch_pool(pipeline.db.pool_status)
+    if settings.worker_metrics_port:
+        metrics.serve(settings.worker_metrics_port, settings.worker_metrics_host)
+    ctx["tracing"] = tracing.setup(settings)
+    if ctx["tracing"] is not None:
+        tracing.instrument_engine(pipeline.db.engine, ctx["tracing"])
     # Load the model before taking work: the first job should not pay for it,
     # and building the graph holds the interpreter long enough to delay
     # heartbeats of jobs already running.
@@ -48,6 +55,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     if pipeline is not None:
         await pipeline.aclose()
         await pipeline.db.dispose()
+    if ctx.get("tracing") is not None:
+        ctx["tracing"].shutdown()  # flushes the spans still buffered
 
 
 async def run_jobs(ctx: dict[str, Any], tenant_id: str, job_ids: list[int]) -> dict[int, str]:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import __version__
-from app.deps import OptionalScope, SessionDep
+from app.deps import AdminCredentials, OptionalScope, SessionDep, SettingsDep
+from app.errors import NotConfigured, Unauthorized
+from app.health import metrics as metrics_service
 from app.health import repository
 from app.notes import service as notes
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["health"])
+operations = api_router(tags=["health"])
 
 
 async def _status(request: Request, session: SessionDep) -> tuple[int, dict[str, Any]]:
@@ -74,3 +79,34 @@ async def health(request: Request, session: SessionDep, scope: OptionalScope) ->
     status, body = await _status(request, session)
     body["item_count"] = await notes.count(session, scope) if scope and status == 200 else None
     return JSONResponse(body, status_code=status)
+
+
+@router.get("/live", summary="Liveness")
+async def live() -> dict[str, str]:
+    """200 while the process serves requests; needs nothing else (a
+    database outage is readiness's concern, not a reason to restart)."""
+    return {"status": "ok"}
+
+
+@operations.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    openapi_extra={"security": [{"AdminToken": []}]},
+)
+async def prometheus(
+    request: Request, settings: SettingsDep, credentials: AdminCredentials
+) -> PlainTextResponse:
+    """Request latencies by route and status, the job queue by kind (depth,
+    oldest age, dead jobs), the database pool and the process. Send
+    `Authorization: Bearer <KEEPMEM_METRICS_TOKEN>` (or the admin token)."""
+    allowed = [s.get_secret_value() for s in (settings.metrics_token, settings.admin_token) if s]
+    if not allowed:
+        raise NotConfigured("metrics are disabled: set KEEPMEM_METRICS_TOKEN")
+    presented = (credentials.credentials if credentials else "").encode()
+    if not any(hmac.compare_digest(presented, token.encode()) for token in allowed):
+        raise Unauthorized("send 'Authorization: Bearer <KEEPMEM_METRICS_TOKEN>'")
+    streams = sum(getattr(request.app.state, "event_streams", {}).values())
+    body = await metrics_service.scrape(request.app.state.db, open_streams=streams)
+    return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

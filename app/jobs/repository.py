@@ -13,6 +13,9 @@ from app.auth.scope import Scope, TenantScope
 from app.jobs.kinds import JobKind, JobStatus
 from app.models import Job
 
+#: Statuses counted by the metrics (done and superseded rows are history).
+OPEN_AND_DEAD = ("pending", "dispatched", "running", "dead")
+
 
 async def enqueue(
     session: AsyncSession,
@@ -492,3 +495,19 @@ def count_open_query(scope: Scope, *, kinds: Sequence[str]) -> Any:
 
 async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:
     return int(await session.scalar(select(count_open_query(scope, kinds=kinds))) or 0)
+
+
+async def queue_stats(session: AsyncSession) -> list[tuple[str, str, int, float | None]]:
+    """(kind, status, count, seconds since the oldest was queued) of every
+    tenant's open and dead jobs (a system transaction: metrics)."""
+    rows = await session.execute(
+        select(
+            Job.kind,
+            Job.status,
+            func.count(),
+            func.extract("epoch", func.now() - func.min(Job.created_at)),
+        )
+        .where(Job.status.in_(OPEN_AND_DEAD))
+        .group_by(Job.kind, Job.status)
+    )
+    return [(k, s, int(n), float(age) if age is not None else None) for k, s, n, age in rows.all()]

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from app import tenancy
+from app import metrics, tenancy, tracing
 from app.auth.scope import TenantScope, scope_for_job, tenant_for_jobs
+from app.context import tenant_var
 from app.ingest import documents
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -58,6 +60,7 @@ async def run_batch(
     """Run several jobs of one tenant. Embedding jobs of a project share one
     model call and one write; other kinds run one after another."""
     tenant = tenant_for_jobs(tenant_id)
+    tenant_var.set(str(tenant_id))  # this job's task only (log lines)
     token = uuid.uuid4()
     async with tenancy.transaction(pipeline.db, tenant) as session:
         claimed = await jobs.claim_many(session, tenant, job_ids, token)
@@ -89,13 +92,21 @@ async def _embed(runs: list[JobRun]) -> None:
 async def _guard(
     runs: list[JobRun], handler: Callable[[list[JobRun]], Awaitable[None]]
 ) -> dict[int, str]:
-    try:
-        await handler(runs)
-        return {r.job.id: "done" for r in runs}
-    except LostClaim:
-        return {r.job.id: "lost-claim" for r in runs}
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded on the job row
-        return {r.job.id: await _record_failure(r, exc) for r in runs}
+    began = time.perf_counter()
+    with tracing.span(f"job {runs[0].job.kind}", {"keepmem.jobs": len(runs)}):
+        try:
+            await handler(runs)
+            outcomes = {r.job.id: "done" for r in runs}
+        except LostClaim:
+            outcomes = {r.job.id: "lost-claim" for r in runs}
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded on the job row
+            outcomes = {r.job.id: await _record_failure(r, exc) for r in runs}
+    seconds = time.perf_counter() - began
+    for run in runs:
+        metrics.observe_job(run.job.kind, outcomes[run.job.id], seconds)
+    if runs[0].job.kind in VECTOR_KINDS:
+        metrics.EMBEDDED.inc(sum(1 for o in outcomes.values() if o == "done"))
+    return outcomes
 
 
 async def _record_failure(job_run: JobRun, exc: Exception) -> str:
