@@ -22,7 +22,7 @@ KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
 	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
 	soupsieve starlette tinytag tomli-w typer urllib3
 
-.PHONY: up test install install-dev lint keep-client
+.PHONY: up test install install-dev lint keep-client pgbouncer
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,13 @@ $(KEEP_VENV)/.keep-$(KEEP_VERSION):
 
 keep-client: $(KEEP_VENV)/.keep-$(KEEP_VERSION)
 
+# PgBouncer (Debian's package) for the connection-pooling tests.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+pgbouncer:
+	@command -v pgbouncer >/dev/null 2>&1 || test -x /usr/sbin/pgbouncer || \
+		($(SUDO) apt-get update -q && \
+		 DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends pgbouncer)
+
 up: install
 	$(BIN)/keepmem up $(ARGS)
 
@@ -53,5 +60,5 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint keep-client
+test: lint keep-client pgbouncer
 	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python $(BIN)/python -m pytest $(ARGS)

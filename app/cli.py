@@ -70,7 +70,7 @@ async def _create_tenant(settings: Settings, name: str) -> tuple[str, str]:
     from app.tenants import service
 
     assert settings.secret_key is not None
-    db = Database(settings.database_url or "")
+    db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
     try:
         async with db.system_transaction() as session:
             new = await service.create_tenant(
@@ -88,7 +88,7 @@ async def _tenant_count(settings: Settings) -> int:
     from app.db import Database
     from app.tenants import service
 
-    db = Database(settings.database_url or "")
+    db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
     try:
         async with db.system_transaction() as session:
             return len(await service.list_tenants(session))
@@ -321,7 +321,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
             return 0
 
         async def run() -> Any:
-            db = Database(settings.database_url or "")
+            db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
             try:
                 async with db.system_transaction() as session:
                     if args.admin_command == "list-tenants":

@@ -26,15 +26,35 @@ def async_url(url: str) -> str:
     return url
 
 
+def _unique_statement_name() -> str:
+    return f"__asyncpg_{uuid.uuid4().hex}__"
+
+
+#: asyncpg behind PgBouncer in transaction pooling: a client connection is
+#: lent a different server connection for each transaction, so prepared
+#: statements must not be cached across transactions (no statement cache)
+#: and their names must never collide on a server connection (random names).
+#: Settings are only ever set transaction-locally (``set_config(..., true)``)
+#: and no session state is relied on, so nothing else changes.
+PGBOUNCER_CONNECT_ARGS = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": _unique_statement_name,
+}
+
+
 class Database:
     """One engine and session factory per process, created by the app lifespan."""
 
-    def __init__(self, url: str, *, pool_size: int = 10, max_overflow: int = 10) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 10, max_overflow: int = 10, pgbouncer: bool = False
+    ) -> None:
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_pre_ping=True,
+            connect_args=dict(PGBOUNCER_CONNECT_ARGS) if pgbouncer else {},
         )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
@@ -46,6 +66,7 @@ class Database:
             settings.database_url,
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
+            pgbouncer=settings.db_pgbouncer,
         )
 
     def pool_status(self) -> dict[str, int]:

@@ -176,6 +176,11 @@ class EmbeddedPostgres:
         return int(info.pid) if info is not None and info.pid is not None else None
 
     @property
+    def system_user(self) -> str | None:
+        """The account the server runs as when started by root (else None)."""
+        return self._server.system_user if self._server is not None else None
+
+    @property
     def socket_dir(self) -> str:
         return str(self._server.get_postmaster_info().socket_dir)
 

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
 
     db_pool_size: int = 10
     db_max_overflow: int = 10
+    db_pgbouncer: bool = Field(
+        default=False,
+        description="KEEPMEM_DATABASE_URL points at PgBouncer in transaction pooling mode.",
+    )
 
     # Limits. Request bodies above max_body_bytes are refused with 413 before
     # they are parsed; content and summary have their own caps.

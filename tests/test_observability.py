@@ -209,3 +209,15 @@ def test_log_lines_are_json_with_request_and_tenant_ids() -> None:
     assert first["level"] == "ERROR" and "ValueError: boom" in first["exception"]
     assert second["request_id"] is None and second["tenant_id"] is None
     assert second["message"] == "outside any request"
+
+
+async def test_a_draining_server_is_not_ready(settings: Settings, db: Database) -> None:
+    app = create_app(settings, db=db)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://d") as http:
+            assert (await http.get("/v1/ready")).status_code == 200
+            app.state.drain.requested = True  # as SIGTERM does (app.main.drain)
+            r = await http.get("/v1/ready")
+            assert r.status_code == 503 and "draining" in r.json()["warnings"][-1]
+            assert (await http.get("/v1/live")).status_code == 200

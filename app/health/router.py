@@ -37,7 +37,10 @@ async def _status(request: Request, session: SessionDep) -> tuple[int, dict[str,
             await asyncio.wait_for(redis.ping(), timeout=2)
         except Exception as exc:  # noqa: BLE001 - degraded, reported in warnings
             warnings.append(f"redis unavailable: {type(exc).__name__}")
-    ok = not any(w.startswith("database") for w in warnings)
+    drain = getattr(request.app.state, "drain", None)
+    if drain is not None and drain.requested:
+        warnings.append("draining: the server is shutting down")
+    ok = not any(w.startswith(("database", "draining")) for w in warnings)
     body: dict[str, Any] = {
         "status": "ok" if ok else "unavailable",
         "pid": os.getpid(),
