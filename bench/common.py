@@ -89,6 +89,7 @@ class Stack:
         self.redis = EmbeddedRedis(self.dir)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
+        self.extra_env: dict[str, str] = {}  # more settings for the processes
 
     def start(self) -> None:
         self.pg.start()
@@ -106,6 +107,7 @@ class Stack:
                 "KEEPMEM_SECRET_KEY": SECRET,
                 "KEEPMEM_DISPATCH_POLL_SECONDS": "0.05",
                 "KEEPMEM_RATE_LIMIT_PER_MINUTE": "0",
+                **self.extra_env,
             }
         )
         return env
