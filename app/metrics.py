@@ -119,6 +119,13 @@ def set_queue(rows: Iterable[tuple[str, str, int, float | None]]) -> None:
     _queue_read_at = time.monotonic()
 
 
+_serving: set[tuple[str, int]] = set()
+
+
 def serve(port: int, host: str) -> None:
-    """This process's metrics on their own port (the worker's)."""
+    """This process's metrics on their own port (the worker's); once per
+    process (a worker restarted in-process after a Redis outage keeps it)."""
+    if (host, port) in _serving:
+        return
     start_http_server(port, addr=host, registry=REGISTRY)
+    _serving.add((host, port))

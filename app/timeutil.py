@@ -48,6 +48,18 @@ def parse_timestamp(value: str) -> datetime:
         raise ValueError("time out of range") from exc
 
 
+def parse_instant(value: str) -> datetime:
+    """An ISO-8601 date-time that names its time zone (``Z`` or an offset),
+    in UTC. ValueError when it is not one, has no zone, or is out of range."""
+    parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError("needs a time zone")
+    try:
+        return in_range(parsed.astimezone(UTC))
+    except OverflowError as exc:
+        raise ValueError("time out of range") from exc
+
+
 def ago(now: datetime, **parts: int) -> datetime:
     """``now`` minus a duration; ValueError when that leaves the allowed range."""
     try:

@@ -1,7 +1,8 @@
 """Soak: mixed traffic at a fixed rate against the embedded stack (API and
 worker processes), for minutes, on 127.0.0.1 only.
 
-    .venv/bin/python -m bench.soak [--minutes 10] [--rate 20] [--warmup 60] [--out soak.json]
+    .venv/bin/python -m bench.soak [--minutes 10] [--rate 20] [--warmup 60] [--fixed N]
+                                   [--out soak.json]
 
 Open loop: an operation starts every 1/rate seconds whatever the earlier
 ones are doing (at most --inflight at once; a start that finds them all
@@ -10,11 +11,12 @@ versions), find 25 %, get 30 %, tag 20 %, with LoCoMo turns as text. One
 GET /v1/events stream stays open throughout and counts what it receives.
 
 Reported: errors (any non-2xx or failed request; target 0), p50/p95 per
-operation per minute, memory of each process every 30 s after a warm-up (API and worker
-RSS; PostgreSQL as the PSS sum of its processes, so shared buffers count
-once; Redis RSS) with the growth over the second half as a slope, the job
-queue at the end (GET /metrics), and whether the event stream saw every
-put and tag.
+operation per minute, the notes at the start and the end (find's cost
+grows with the project), memory of each process every 30 s after a warm-up
+(API and worker RSS; PostgreSQL's processes as private memory and, apart,
+the shared buffers they have touched, which grow with the data; Redis RSS)
+with the slope over the second half, the job queue at the end
+(GET /metrics), and what the event stream saw.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ def memory_mb(api: int, worker: int, postmaster: int, redis: int) -> dict[str, f
             _kb(Path(f"/proc/{p}/status"), "VmRSS") for p in [worker, *_children(worker)]
         )
         / 1024,
-        "postgres_pss": sum(_kb(Path(f"/proc/{p}/smaps_rollup"), "Pss") for p in pg) / 1024,
+        # Private memory of the server's processes (their heaps and caches),
+        # and the shared buffers they have touched (grows with the data).
+        "postgres_private": sum(_kb(Path(f"/proc/{p}/smaps_rollup"), "Pss_Anon") for p in pg)
+        / 1024,
+        "postgres_shared": sum(_kb(Path(f"/proc/{p}/smaps_rollup"), "Pss_Shmem") for p in pg)
+        / 1024,
         "redis_rss": _kb(Path(f"/proc/{redis}/status"), "VmRSS") / 1024,
     }
 
@@ -92,6 +99,7 @@ class Soak:
         self.late = 0
         self.started = 0.0
         self.seen: dict[str, int] = defaultdict(int)
+        self.fixed = False  # puts only write new versions of existing notes
 
     def _minute(self) -> int:
         return int((time.monotonic() - self.started) // 60)
@@ -102,7 +110,7 @@ class Soak:
         try:
             if kind == "put" or not self.ids:
                 kind = "put"
-                update = self.ids and self.rng.random() < 0.2
+                update = self.ids and (self.fixed or self.rng.random() < 0.2)
                 note_id = (
                     self.rng.choice(self.ids) if update else f"soak-{len(self.ids)}-{turn['id']}"
                 )
@@ -131,6 +139,10 @@ class Soak:
         self.counts[kind] += 1
         self.samples[(self._minute(), kind)].append((time.perf_counter() - began) * 1000)
 
+    async def note_count(self, http: httpx.AsyncClient) -> int:
+        r = await http.get("/v1/health", headers=self.headers)
+        return int(r.json()["item_count"])
+
     async def watch(self) -> None:
         """One event stream for the whole run, counting events by kind."""
         async with (
@@ -154,6 +166,15 @@ async def run(
         # model loads and caches fill (--warmup seconds).
         for _ in range(20):
             await soak.op(http, "put")
+        for start in range(0, args.fixed, 100):
+            notes = [
+                {"id": f"fixed-{i}", "content": soak.rng.choice(turns)["text"]}
+                for i in range(start, min(start + 100, args.fixed))
+            ]
+            r = await http.post("/v1/notes/batch", headers=soak.headers, json={"notes": notes})
+            r.raise_for_status()
+            soak.ids += [n["id"] for n in notes]
+        soak.fixed = args.fixed > 0
         busy: set[asyncio.Task[None]] = set()
         kinds = [k for k, w in MIX for _ in range(w)]
 
@@ -174,6 +195,7 @@ async def run(
         soak.errors.clear()
         soak.samples.clear()
         soak.late = 0
+        notes_at_start = await soak.note_count(http)
         watcher = asyncio.create_task(soak.watch())
         await asyncio.sleep(1)
         puts_before = soak.counts["put"]
@@ -195,6 +217,7 @@ async def run(
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
             await watcher
+        notes_at_end = await soak.note_count(http)
         r = await http.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
         queue = [
             line for line in r.text.splitlines()
@@ -229,8 +252,10 @@ async def run(
         "machine": machine(),
         "minutes": args.minutes,
         "rate_per_s": args.rate,
+        "fixed_notes": args.fixed,
         "operations": dict(soak.counts),
         "warmup_puts": puts_before,
+        "notes_at_start_and_end": [notes_at_start, notes_at_end],
         "errors": len(soak.errors),
         "error_examples": soak.errors[:5],
         "late_starts": soak.late,
@@ -248,6 +273,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="operations per second")
     parser.add_argument("--inflight", type=int, default=32)
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds, not measured")
+    parser.add_argument(
+        "--fixed",
+        type=int,
+        default=0,
+        help="load this many notes first; puts then only update them (the data's size holds)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with running_stack() as stack:

@@ -272,3 +272,20 @@ async def test_ping_delete_and_limits(local, tenant, receiver, make_pipeline) ->
         assert r.status_code == 201
     r = await local.post("/v1/webhooks", json={"url": receiver.url}, headers=project)
     assert r.status_code == 409 and "at most 10" in r.json()["error"]
+
+
+async def test_a_busy_project_is_handed_off_in_full_batches(
+    local, tenant, receiver, make_pipeline
+) -> None:
+    pipeline = make_pipeline(**LOCAL)
+    hook = await _hook(local, tenant, receiver.url, kinds=["put"])
+    for start in (0, 100):
+        notes = [{"id": f"busy-{start + i}", "content": f"busy {start + i}"} for i in range(100)]
+        r = await local.post("/v1/notes/batch", json={"notes": notes}, headers=tenant.headers)
+        assert r.status_code == 200 and r.json()["stored"] == 100, r.text
+    # One round hands off everything waiting, 100 events a delivery.
+    assert await _deliver(pipeline, local, tenant, hook) == ["done", "done"]
+    events = [e for body in receiver.bodies() for e in body["events"]]
+    assert [len(body["events"]) for body in receiver.bodies()] == [100, 100]
+    assert [e["note_id"] for e in events] == [f"busy-{i}" for i in range(200)]
+    assert [e["id"] for e in events] == sorted(e["id"] for e in events)

@@ -213,3 +213,28 @@ async def test_redis_down_while_putting_loses_no_jobs(env: Env, stack: Stack) ->
             )
         ).scalar_one()
     assert embedded == 12 and done == 36  # embed, summarize and extract_graph for each
+
+
+async def test_sigterm_lets_the_running_job_finish(env: Env) -> None:
+    """Draining: SIGTERM stops a worker taking jobs, but the job it runs
+    (a summary from a slow provider) finishes and is recorded once."""
+    with VendorServer(Vendor(delay=3.0, summary="Billing moved; latency down a third.")) as vendor:
+        llm = {
+            "KEEPMEM_SUMMARIZATION_PROVIDER": "openai",
+            "KEEPMEM_SUMMARIZATION_MODEL": "m",
+            "KEEPMEM_SUMMARIZATION_BASE_URL": vendor.url + "/v1",
+            "KEEPMEM_WORKER_DRAIN_SECONDS": "30",
+        }
+        await env.client.post("/v1/notes", json={"content": LONG, "id": "ops"}, headers=env.headers)
+        worker = env.start_worker(**llm)
+        await wait_for(lambda: any("chat" in r["path"] for r in vendor.vendor.requests))
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.wait, 40) == 0
+        chats = [r for r in vendor.vendor.requests if "chat" in r["path"]]
+    jobs = (
+        await env.client.get("/v1/jobs", params={"kind": "summarize"}, headers=env.headers)
+    ).json()["jobs"]
+    assert [(j["status"], j["attempts"]) for j in jobs] == [("done", 1)]
+    assert len(chats) == 1
+    note = (await env.client.get("/v1/notes/ops", headers=env.headers)).json()
+    assert note["summary"] == "Billing moved; latency down a third."

@@ -13,6 +13,7 @@ from app.audit import repository as repo
 from app.audit import service
 from app.deps import AdminScope, SessionDep
 from app.errors import BadRequest
+from app.timeutil import parse_instant
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["audit"])
@@ -42,12 +43,9 @@ def _instant(raw: str | None, name: str) -> datetime | None:
     if raw is None:
         return None
     try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        return parse_instant(raw)
     except ValueError as exc:
         raise BadRequest(f"invalid {name} {raw[:40]!r}: {ISO}") from exc
-    if value.tzinfo is None:
-        raise BadRequest(f"invalid {name} {raw[:40]!r}: {ISO}")
-    return value
 
 
 @router.get("/audit", response_model=AuditPage, summary="The audit trail")

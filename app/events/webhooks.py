@@ -221,7 +221,8 @@ async def hand_off(
 ) -> int:
     """Queue the webhook's next changes as one delivery and move its cursor
     past them, in the caller's transaction (its row locked; 0 when another
-    worker holds it). Returns the deliveries queued."""
+    worker holds it). Returns how many changes it looked at (a full batch,
+    EVENTS_PER_DELIVERY, means more may wait)."""
     hook = await repo.get(session, scope, webhook_id, lock=True)
     if hook is None or not hook.active:
         return 0
@@ -235,7 +236,7 @@ async def hand_off(
     if batch:
         await _enqueue(session, scope, webhook_id, batch, attempts=attempts)
     await repo.change(session, scope, webhook_id, values={"cursor": changes[-1].id})
-    return 1 if batch else 0
+    return len(changes)
 
 
 async def target(

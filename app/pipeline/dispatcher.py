@@ -134,23 +134,32 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
     return len(missing)
 
 
+WEBHOOK_BATCHES_PER_ROUND = 10  # a busy project's webhook catches up 1,000 changes a round
+
+
 async def hand_off_webhooks(pipeline: Pipeline) -> int:
     """Queue deliveries of new changes to every due webhook, one transaction
-    per webhook: one tenant's failure (a quota, say) holds back only its own."""
+    per batch: one tenant's failure (a quota, say) holds back only its own.
+    Returns the changes handed off."""
     async with pipeline.db.system_transaction() as session:
         due = await webhooks.due(session)
-    queued = 0
+    handed = 0
     for tenant_id, project_id, webhook_id in due:
         try:
-            async with pipeline.db.system_transaction() as session:
-                slug = await projects.project_slug(session, tenant_for_jobs(tenant_id), project_id)
-                scope = scope_for_job(tenant_id, project_id, slug or "")
-                queued += await webhooks.hand_off(
-                    session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
-                )
+            for _ in range(WEBHOOK_BATCHES_PER_ROUND):
+                async with pipeline.db.system_transaction() as session:
+                    tenant = tenant_for_jobs(tenant_id)
+                    slug = await projects.project_slug(session, tenant, project_id)
+                    scope = scope_for_job(tenant_id, project_id, slug or "")
+                    looked_at = await webhooks.hand_off(
+                        session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
+                    )
+                handed += looked_at
+                if looked_at < webhooks.EVENTS_PER_DELIVERY:
+                    break
         except Exception as exc:  # noqa: BLE001 - the others go on; this one is retried
             log_failure(log, "webhook hand-off failed (will retry)", exc)
-    return queued
+    return handed
 
 
 async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = None) -> None:

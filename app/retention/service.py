@@ -14,7 +14,7 @@ from app.auth.scope import Scope
 from app.errors import BadRequest, NoteNotFound
 from app.notes import service as notes
 from app.retention import repository as repo
-from app.timeutil import utcnow
+from app.timeutil import parse_instant, utcnow
 
 MAX_TTL_SECONDS = 10 * 366 * 86400
 BATCH = 500
@@ -31,12 +31,12 @@ def expiry_of(expires_at: str | None, ttl_seconds: int | None) -> datetime | Non
     if expires_at is None:
         return None
     try:
-        when = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+        return parse_instant(expires_at)
     except ValueError as exc:
-        raise BadRequest(f"invalid expires_at {expires_at[:40]!r}: use ISO-8601") from exc
-    if when.tzinfo is None:
-        raise BadRequest("expires_at needs a time zone (e.g. 2027-01-01T00:00:00Z)")
-    return when
+        raise BadRequest(
+            f"invalid expires_at {expires_at[:40]!r}: ISO-8601 with a time zone "
+            "(e.g. 2027-01-01T00:00:00Z)"
+        ) from exc
 
 
 async def set_expiry(
