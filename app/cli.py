@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import logs
+from app import logs, process
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -472,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    process.limit_malloc_arenas()  # before any thread starts
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)

@@ -253,6 +253,7 @@ async def run(
         "minutes": args.minutes,
         "rate_per_s": args.rate,
         "fixed_notes": args.fixed,
+        "env": args.env,
         "operations": dict(soak.counts),
         "warmup_puts": puts_before,
         "notes_at_start_and_end": [notes_at_start, notes_at_end],
@@ -274,6 +275,9 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=32)
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds, not measured")
     parser.add_argument(
+        "--env", action="append", default=[], help="KEY=VALUE for the API and worker processes"
+    )
+    parser.add_argument(
         "--fixed",
         type=int,
         default=0,
@@ -282,7 +286,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with running_stack() as stack:
-        stack.extra_env = {"KEEPMEM_METRICS_TOKEN": METRICS_TOKEN, "KEEPMEM_LOG_LEVEL": "WARNING"}
+        stack.extra_env = {
+            "KEEPMEM_METRICS_TOKEN": METRICS_TOKEN,
+            "KEEPMEM_LOG_LEVEL": "WARNING",
+            **dict(item.split("=", 1) for item in args.env),
+        }
         base = stack.start_api()
         worker = stack.start_worker()
         _, key = stack.tenant_key("soak")

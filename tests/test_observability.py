@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -221,3 +222,14 @@ async def test_a_draining_server_is_not_ready(settings: Settings, db: Database) 
             r = await http.get("/v1/ready")
             assert r.status_code == 503 and "draining" in r.json()["warnings"][-1]
             assert (await http.get("/v1/live")).status_code == 200
+
+
+def test_malloc_arenas_are_limited_unless_the_operator_says_otherwise(monkeypatch) -> None:
+    from app import process
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    process.limit_malloc_arenas()
+    assert os.environ["MALLOC_ARENA_MAX"] == "2"  # inherited by the processes it starts
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    process.limit_malloc_arenas()
+    assert os.environ["MALLOC_ARENA_MAX"] == "4"

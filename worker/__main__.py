@@ -16,7 +16,7 @@ from arq.worker import run_worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app import logs
+from app import logs, process
 from app.settings import get_settings
 from worker.settings import WorkerSettings, redis_settings
 
@@ -24,6 +24,7 @@ log = logging.getLogger("keepmem.worker")
 
 
 def main() -> None:
+    process.limit_malloc_arenas()  # before any thread starts
     settings = get_settings()
     logs.configure(settings.log_format, settings.log_level)
     if settings.worker_nice > 0:
