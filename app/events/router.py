@@ -47,7 +47,8 @@ def _cursor(raw: str | None, after: int | None) -> int | None:
 @router.get(
     "/events",
     summary="Stream the project's changes (Server-Sent Events)",
-    response_class=StreamingResponse,
+    # No response_class: the errors keep their JSON shape in the document.
+    response_model=None,
     responses={200: {"content": {"text/event-stream": {}}, "description": "An event stream."}},
 )
 async def event_stream(

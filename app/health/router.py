@@ -94,7 +94,8 @@ async def live() -> dict[str, str]:
 @operations.get(
     "/metrics",
     summary="Prometheus metrics",
-    response_class=PlainTextResponse,
+    # No response_class: the errors keep their JSON shape in the document.
+    response_model=None,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
     openapi_extra={"security": [{"AdminToken": []}]},
 )
