@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from app import __version__, docs, tracing
+from app import __version__, docs, metrics, tracing
 from app.admin.router import router as admin_router
 from app.audit.router import router as audit_router
 from app.auth.router import router as keys_router
@@ -110,6 +110,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_db = db is None
         app.state.db = db if db is not None else Database.from_settings(settings)
+        metrics.watch_pool(app.state.db.pool_status)
         if provider is not None:
             tracing.instrument_engine(app.state.db.engine, provider)
         app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None

@@ -140,14 +140,19 @@ async def test_worker_process_embeds_summarises_and_analyses(env: Env) -> None:
     ]
 
 
+def _slow_summarizer(vendor: VendorServer, **extra: str) -> dict[str, str]:
+    """A worker's settings for summaries from the (slow) local vendor server."""
+    return {
+        "KEEPMEM_SUMMARIZATION_PROVIDER": "openai",
+        "KEEPMEM_SUMMARIZATION_MODEL": "m",
+        "KEEPMEM_SUMMARIZATION_BASE_URL": vendor.url + "/v1",
+        **extra,
+    }
+
+
 async def test_killed_worker_mid_job_loses_nothing_and_does_nothing_twice(env: Env) -> None:
     with VendorServer(Vendor(delay=4.0, summary="Billing moved; latency down a third.")) as vendor:
-        llm = {
-            "KEEPMEM_SUMMARIZATION_PROVIDER": "openai",
-            "KEEPMEM_SUMMARIZATION_MODEL": "m",
-            "KEEPMEM_SUMMARIZATION_BASE_URL": vendor.url + "/v1",
-            "KEEPMEM_JOB_LEASE_SECONDS": "3",
-        }
+        llm = _slow_summarizer(vendor, KEEPMEM_JOB_LEASE_SECONDS="3")
         await env.client.post("/v1/notes", json={"content": LONG, "id": "ops"}, headers=env.headers)
         first = env.start_worker(**llm)
         await wait_for(lambda: any("chat" in r["path"] for r in vendor.vendor.requests))
@@ -219,12 +224,7 @@ async def test_sigterm_lets_the_running_job_finish(env: Env) -> None:
     """Draining: SIGTERM stops a worker taking jobs, but the job it runs
     (a summary from a slow provider) finishes and is recorded once."""
     with VendorServer(Vendor(delay=3.0, summary="Billing moved; latency down a third.")) as vendor:
-        llm = {
-            "KEEPMEM_SUMMARIZATION_PROVIDER": "openai",
-            "KEEPMEM_SUMMARIZATION_MODEL": "m",
-            "KEEPMEM_SUMMARIZATION_BASE_URL": vendor.url + "/v1",
-            "KEEPMEM_WORKER_DRAIN_SECONDS": "30",
-        }
+        llm = _slow_summarizer(vendor, KEEPMEM_WORKER_DRAIN_SECONDS="30")
         await env.client.post("/v1/notes", json={"content": LONG, "id": "ops"}, headers=env.headers)
         worker = env.start_worker(**llm)
         await wait_for(lambda: any("chat" in r["path"] for r in vendor.vendor.requests))

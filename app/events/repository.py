@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
@@ -31,7 +31,8 @@ async def list_for(session: AsyncSession, scope: Scope) -> list[Webhook]:
 
 
 async def count(session: AsyncSession, scope: Scope) -> int:
-    return len(await list_for(session, scope))
+    stmt = select(func.count()).select_from(Webhook).where(*_mine(scope))
+    return int(await session.scalar(stmt) or 0)
 
 
 async def get(

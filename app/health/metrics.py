@@ -12,7 +12,6 @@ from app.jobs import repository as jobs
 
 async def scrape(db: Database, *, open_streams: int) -> bytes:
     metrics.STREAMS.set(open_streams)
-    metrics.watch_pool(db.pool_status)
     if metrics.queue_is_stale():
         async with tenancy.system_transaction(db) as session:
             metrics.set_queue(await jobs.queue_stats(session))

@@ -146,11 +146,12 @@ async def hand_off_webhooks(pipeline: Pipeline) -> int:
     handed = 0
     for tenant_id, project_id, webhook_id in due:
         try:
+            async with pipeline.db.system_transaction() as session:
+                tenant = tenant_for_jobs(tenant_id)
+                slug = await projects.project_slug(session, tenant, project_id)
+            scope = scope_for_job(tenant_id, project_id, slug or "")
             for _ in range(WEBHOOK_BATCHES_PER_ROUND):
                 async with pipeline.db.system_transaction() as session:
-                    tenant = tenant_for_jobs(tenant_id)
-                    slug = await projects.project_slug(session, tenant, project_id)
-                    scope = scope_for_job(tenant_id, project_id, slug or "")
                     looked_at = await webhooks.hand_off(
                         session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
                     )
