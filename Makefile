@@ -22,7 +22,7 @@ KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
 	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
 	soupsieve starlette tinytag tomli-w typer urllib3
 
-.PHONY: up test install install-dev lint keep-client pgbouncer
+.PHONY: up test install install-dev lint keep-client pgbouncer browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,13 @@ pgbouncer:
 		($(SUDO) apt-get update -q && \
 		 DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends pgbouncer)
 
+# Debian's Chromium and its ChromeDriver, for the dashboard's browser tests.
+browser:
+	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || \
+		($(SUDO) apt-get update -q && \
+		 DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+		 chromium chromium-driver fonts-dejavu-core)
+
 up: install
 	$(BIN)/keepmem up $(ARGS)
 
@@ -60,5 +67,5 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint keep-client pgbouncer
+test: lint keep-client pgbouncer browser
 	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python $(BIN)/python -m pytest $(ARGS)

@@ -20,6 +20,7 @@ from app.admin.router import router as admin_router
 from app.audit.router import router as audit_router
 from app.auth.router import router as keys_router
 from app.auth.router import subkeys as subkeys_router
+from app.auth.router import whoami as whoami_router
 from app.caches import RequestCaches
 from app.context import request_id_var
 from app.db import Database
@@ -45,6 +46,7 @@ from app.providers.factory import make_embedder
 from app.search.router import router as search_router
 from app.settings import Settings
 from app.tenants.router import router as projects_router
+from app.ui import router as ui
 from app.usage.router import router as usage_router
 
 log = logging.getLogger("keepmem")
@@ -151,6 +153,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         redoc_url=None,
     )
     docs.mount(app)
+    ui.mount(app)
     provider = tracing.setup(settings)
     if provider is not None:
         tracing.instrument_app(app, provider)
@@ -201,6 +204,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(subkeys_router)
+    app.include_router(whoami_router)
     app.include_router(admin_router)
     app.include_router(oauth_router)
     app.include_router(oauth_protocol)

@@ -222,3 +222,11 @@ def fresh_database(stack: Stack) -> Iterator[FreshDatabase]:
         )
     finally:
         stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each phase's report on the test item (``item.rep_call``), for fixtures
+    that save evidence when a test failed (the dashboard's screenshots)."""
+    outcome = yield
+    setattr(item, f"rep_{call.when}", outcome.get_result())  # type: ignore[attr-defined]

@@ -5,13 +5,22 @@ from __future__ import annotations
 import uuid
 
 from app.auth import service
-from app.auth.schemas import KeyCreate, KeyCreated, KeyList, KeyNarrow, KeyOut
+from app.auth.schemas import KeyCreate, KeyCreated, KeyList, KeyNarrow, KeyOut, WhoAmI
 from app.deps import AdminScope, AnyScope, SessionDep, SettingsDep, server_secret
 from app.wire import api_router
 
 router = api_router(prefix="/v1/keys", tags=["keys"])
 # Not under /v1/keys: any credential may use it, and it is not key administration.
 subkeys = api_router(prefix="/v1/subkeys", tags=["keys"])
+whoami = api_router(prefix="/v1", tags=["keys"])
+
+
+@whoami.get("/whoami", response_model=WhoAmI, summary="The credential and project in use")
+async def who_am_i(scope: AnyScope) -> WhoAmI:
+    """What the request's credential is: its tenant, scopes, project (from
+    `X-Project`, its lock, or the default), tag scope and expiry. For
+    clients (the dashboard) that adapt to what a key may do."""
+    return WhoAmI.of(scope)
 
 
 @router.get("", response_model=KeyList, summary="List this tenant's keys")

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from app.auth.scope import Scope
 from app.models import ApiKey, Tenant
 from app.notes.tags import terms_as_tags
 from app.wire import not_text
@@ -118,3 +119,29 @@ class TenantCreated(BaseModel):
 
 class TenantList(BaseModel):
     tenants: list[TenantOut]
+
+
+class WhoAmI(BaseModel):
+    tenant_id: uuid.UUID
+    credential: str = Field(description='"key:<id>", "grant:<id>" or "oidc:<issuer>:<subject>".')
+    key_id: uuid.UUID | None = None
+    scopes: list[str] = Field(description="read, write, admin.")
+    project: str = Field(description="The project this request worked in.")
+    project_locked: bool = Field(description="Whether the credential may use only this project.")
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Tag scope: only notes with these tags are visible."
+    )
+    expires_at: datetime | None = None
+
+    @classmethod
+    def of(cls, scope: Scope) -> WhoAmI:
+        return cls(
+            tenant_id=scope.tenant_id,
+            credential=scope.credential,
+            key_id=scope.key_id,
+            scopes=sorted(scope.permissions),
+            project=scope.project_slug,
+            project_locked=scope.project_lock is not None,
+            tags=terms_as_tags(list(scope.tag_terms)),
+            expires_at=scope.expires_at,
+        )

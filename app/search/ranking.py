@@ -108,6 +108,25 @@ def relevance(found: Iterable[Candidate], stages: str) -> dict[Key, float]:
     return {c.key: TEXT_SHARE * text(c) + (1 - TEXT_SHARE) * cosine(c) for c in found}
 
 
+@dataclass(slots=True)
+class Explained:
+    """How a candidate's score came about (find's ``explain``): the stage
+    scores, the relevance they blend to, and each bonus, before the division
+    by ``SCALE`` (``score`` is after it, before bias and capping)."""
+
+    bm25: float | None  # the full-text stage's raw score, when it found the candidate
+    text: float  # bm25 over the best bm25 among the candidates
+    vector: float | None  # cosine similarity to the question (or the anchor)
+    relevance: float  # the blend of text and vector for the stages used
+    neighbour: float = 0.0  # NEIGHBOUR_WEIGHT x the best timeline neighbour's relevance
+    episode: float = 0.0  # EPISODE_WEIGHT x the best relevance within EPISODE_GAP
+    date: float = 0.0  # DATE_WEIGHT when created on a date the question names
+    tag: float = 0.0  # TAG_WEIGHT when the question names one of its tag values
+    recency: float = 0.0  # the recency bonus
+    score: float = 0.0  # the sum over SCALE
+    context_only: bool = False  # joined as a hit's neighbour; no stage found it
+
+
 def rank(
     found: Mapping[Key, Candidate],
     base: Mapping[Key, float],
@@ -115,8 +134,10 @@ def rank(
     neighbours: Mapping[str, tuple[str | None, str | None]],
     question: Question,
     half_life_days: float,
+    explain: dict[Key, Explained] | None = None,
 ) -> dict[Key, float]:
-    """Final scores: relevance plus context, dates and recency, over SCALE."""
+    """Final scores: relevance plus context, dates and recency, over SCALE.
+    With ``explain``, each scored candidate's parts are recorded there."""
     note_base = {k[0]: v for k, v in base.items() if k[1] == "note"}
     adjacent: dict[str, set[str]] = {}  # both ways: a hit lifts its neighbours and back
     for note_id, pair in neighbours.items():
@@ -126,23 +147,41 @@ def rank(
                 adjacent.setdefault(other, set()).add(note_id)
     episode = _episode_best(found, base)
     newest = max((c.updated_at for c in found.values()), default=None)
+    best_text = max((c.text for c in found.values() if c.text), default=0.0)
     out: dict[Key, float] = {}
-    for key, score in base.items():
+    for key, relevant in base.items():
         c = found[key]
-        if c.context_only and score <= 0:
+        if c.context_only and relevant <= 0:
             continue  # no word in common, no closeness in meaning: context lifts
             # results, it does not make them
+        near = around = on_date = named = recent = 0.0
         if key[1] == "note":
-            near = max((note_base.get(n, 0.0) for n in adjacent.get(key[0], ())), default=0.0)
-            score += NEIGHBOUR_WEIGHT * near + EPISODE_WEIGHT * episode.get(key, 0.0)
+            near = NEIGHBOUR_WEIGHT * max(
+                (note_base.get(n, 0.0) for n in adjacent.get(key[0], ())), default=0.0
+            )
+            around = EPISODE_WEIGHT * episode.get(key, 0.0)
         if any(start <= c.created_at < end for start, end in question.dates):
-            score += DATE_WEIGHT
+            on_date = DATE_WEIGHT
         if c.tags and question.names(c.tags):
-            score += TAG_WEIGHT
+            named = TAG_WEIGHT
         if half_life_days > 0 and newest is not None:
             age = max((newest - c.updated_at).total_seconds(), 0.0) / 86400
-            score += RECENCY_WEIGHT * 0.5 ** (age / half_life_days)
-        out[key] = score / SCALE
+            recent = RECENCY_WEIGHT * 0.5 ** (age / half_life_days)
+        out[key] = (relevant + near + around + on_date + named + recent) / SCALE
+        if explain is not None:
+            explain[key] = Explained(
+                bm25=c.text,
+                text=(c.text or 0.0) / best_text if best_text > 0 else 0.0,
+                vector=c.cosine,
+                relevance=relevant,
+                neighbour=near,
+                episode=around,
+                date=on_date,
+                tag=named,
+                recency=recent,
+                score=out[key],
+                context_only=c.context_only,
+            )
     return out
 
 

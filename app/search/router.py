@@ -13,7 +13,7 @@ from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.notes.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
-from app.search import context, service
+from app.search import context, ranking, service
 from app.wire import MAX_OFFSET, api_router
 
 # A question, not a document: longer ones are refused (the full-text stage
@@ -74,10 +74,37 @@ class SearchRequest(BaseModel):
         "from the top results, and return what they reach in deep_groups.",
     )
     deep_follow_depth: int = Field(default=10, ge=1, le=100, description="Hops to follow.")
+    explain: StrictBool = Field(
+        default=False,
+        description="Return with each result how its score came about (stage scores, "
+        "relevance, each bonus, bias).",
+    )
+
+
+class Explanation(BaseModel):
+    """One result's score, stage by stage. ``score`` = min(1, (relevance +
+    neighbour + episode + date + tag + recency) / scale x bias)."""
+
+    vector: float | None = Field(
+        description="Cosine similarity to the question (or the similar_to note); "
+        "null when the vector stage did not run, 0 when the note is not embedded yet."
+    )
+    text: float = Field(description="Full-text score over the best full-text score (0-1).")
+    bm25: float | None = Field(description="Raw BM25 score; null if full text did not find it.")
+    relevance: float = Field(description="Fusion of the stages: 0.3 x text + 0.7 x vector.")
+    neighbour: float = Field(description="Bonus from its best timeline neighbour.")
+    episode: float = Field(description="Bonus from the best match within an hour of it.")
+    date: float = Field(description="Bonus: created on a date the question names.")
+    tag: float = Field(description="Bonus: the question names one of its tag values.")
+    recency: float = Field(description="Recency bonus (half-life as asked).")
+    scale: float = Field(description="What the sum is divided by (a lone perfect match's sum).")
+    bias: float = Field(description="The bias weight applied last (1: none).")
+    context_only: bool = Field(description="No stage found it: it joined as a hit's neighbour.")
 
 
 class ScoredNote(NoteOut):
     score: float
+    explain: Explanation | None = Field(default=None, description="With explain: true.")
 
 
 class DeepGroup(BaseModel):
@@ -96,7 +123,12 @@ class SearchResponse(BaseModel):
     )
 
 
-@router.post("/search", response_model=SearchResponse, summary="Find notes")
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    response_model_exclude_unset=True,  # a result carries explain only when asked
+    summary="Find notes",
+)
 async def search(
     body: SearchRequest, request: Request, scope: ReadScope, session: SessionDep
 ) -> SearchResponse:
@@ -110,8 +142,11 @@ async def search(
     context. Or, with `similar_to`, the notes nearest in meaning to a stored
     note."""
     result = await _run_find(body, request, scope, session)
+    notes = [_scored(v, s) for v, s in result.items]
+    for note, (why, bias) in zip(notes, result.explained or [], strict=False):
+        note.explain = _explanation(why, bias)
     return SearchResponse(
-        notes=[_scored(v, s) for v, s in result.items],
+        notes=notes,
         deep_groups=[
             DeepGroup(id=primary, items=[_scored(v, s) for v, s in group])
             for primary, group in result.deep_groups
@@ -123,6 +158,24 @@ async def search(
 
 def _scored(view: ItemView, score: float) -> ScoredNote:
     return ScoredNote(**NoteOut.of(view).model_dump(), score=score)
+
+
+def _explanation(why: ranking.Explained, bias: float) -> Explanation:
+    r = ranking.shown
+    return Explanation(
+        vector=None if why.vector is None else r(why.vector),
+        text=r(why.text),
+        bm25=None if why.bm25 is None else round(why.bm25, 6),
+        relevance=r(why.relevance),
+        neighbour=r(why.neighbour),
+        episode=r(why.episode),
+        date=r(why.date),
+        tag=r(why.tag),
+        recency=r(why.recency),
+        scale=ranking.SCALE,
+        bias=bias,
+        context_only=why.context_only,
+    )
 
 
 async def _run_find(
@@ -155,6 +208,7 @@ def _find_input(body: SearchRequest) -> service.FindInput:
         half_life_days=body.half_life_days,
         deep=body.deep,
         deep_follow_depth=body.deep_follow_depth,
+        explain=body.explain,
     )
 
 

@@ -67,6 +67,7 @@ class FindInput:
     half_life_days: float | None = None  # overrides the project's setting
     deep: bool = False  # follow edges from the top results (deep_groups)
     deep_follow_depth: int = 10
+    explain: bool = False  # record how each result's score came about
 
 
 @dataclass(slots=True)
@@ -75,6 +76,8 @@ class SearchResult:
     pending_embedding: int
     mode: str
     deep_groups: list[tuple[str, list[tuple[ItemView, float]]]] = field(default_factory=list)
+    # With explain: one per item, in order (the bias applied last).
+    explained: list[tuple[ranking.Explained, float]] | None = None
 
 
 DEEP_FROM = 10  # top results whose edges deep find follows
@@ -269,12 +272,14 @@ async def find(
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
     if data.half_life_days is not None:
         half_life = data.half_life_days
+    explained: dict[Key, ranking.Explained] | None = {} if data.explain else None
     final = ranking.rank(
         found,
         ranking.relevance(found.values(), stages),
         neighbours=neighbours,
         question=question,
         half_life_days=half_life,
+        explain=explained,
     )
     scored = []
     for key, score in final.items():
@@ -285,13 +290,19 @@ async def find(
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
     top = [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
     with timed("views"):
-        items = await _views(session, scope, top)
+        keyed = await _views(session, scope, top)
+    items = [(view, score) for _, view, score in keyed]
+    why = None
+    if explained is not None:
+        why = [(explained[key], data.bias.get(key[0], 1.0)) for key, _, _ in keyed]
     groups = []
     if data.deep:
         anchor_ids = [] if data.include_self or not data.similar_to else [anchor]
         with timed("deep"):
             groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
-    return SearchResult(items=items, pending_embedding=pending, mode=mode, deep_groups=groups)
+    return SearchResult(
+        items=items, pending_embedding=pending, mode=mode, deep_groups=groups, explained=why
+    )
 
 
 async def _full_text(
@@ -360,23 +371,24 @@ async def _deep(
 
 
 async def _views(
-    session: AsyncSession, scope: Scope, scored: list[tuple[tuple[str, str, int], float]]
-) -> list[tuple[ItemView, float]]:
+    session: AsyncSession, scope: Scope, scored: list[tuple[Key, float]]
+) -> list[tuple[Key, ItemView, float]]:
     found = await notes.get_many(session, scope, list({k[0] for k, _ in scored}))
-    out: list[tuple[ItemView, float]] = []
-    for (note_id, kind, ref), score in scored:
+    out: list[tuple[Key, ItemView, float]] = []
+    for key, score in scored:
+        note_id, kind, ref = key
         note = found.get(note_id)
         if note is None:
             continue
         if kind == "note":
-            out.append((note_view(note), score))
+            out.append((key, note_view(note), score))
         elif kind == "part":
             part = await notes.get_part(session, scope, note_id, ref)
             if part is not None:
-                out.append((part_view(note_id, part), score))
+                out.append((key, part_view(note_id, part), score))
         else:
             version = await notes.version_number(session, scope, note_id, ref)
             if version is not None:
                 row, offset = version
-                out.append((version_view(note_id, offset, row), score))
+                out.append((key, version_view(note_id, offset, row), score))
     return out

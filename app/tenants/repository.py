@@ -62,6 +62,16 @@ async def count_projects(session: AsyncSession, tenant: TenantScope) -> int:
     )
 
 
+async def list_projects(
+    session: AsyncSession, tenant: TenantScope, *, limit: int
+) -> Sequence[Project]:
+    """The tenant's projects by slug (only the locked one for a locked credential)."""
+    query = select(Project).where(Project.tenant_id == tenant.tenant_id)
+    if tenant.project_lock is not None:
+        query = query.where(Project.id == tenant.project_lock)
+    return (await session.execute(query.order_by(Project.slug).limit(limit))).scalars().all()
+
+
 async def insert_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project | None:
     """Insert a project; None if a concurrent request created it first."""
     project_id = await session.scalar(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Path, Request, Response
 from pydantic import BaseModel, Field, field_validator
 
-from app.deps import AdminScope, SessionDep
+from app.deps import AdminScope, AnyScope, SessionDep
 from app.notes.ids import PROJECT_SLUG_PATTERN
 from app.retention import service as retention
 from app.tenants import erasure
+from app.tenants import service as tenants
 from app.wire import api_router, not_text
 
 router = api_router(prefix="/v1", tags=["projects"])
@@ -25,6 +27,24 @@ class Retention(BaseModel):
     )
 
     _whole = field_validator("days", mode="before")(not_text)
+
+
+class ProjectOut(BaseModel):
+    slug: str
+    created_at: datetime
+
+
+class ProjectList(BaseModel):
+    projects: list[ProjectOut]
+
+
+@router.get("/projects", response_model=ProjectList, summary="List the tenant's projects")
+async def list_projects(scope: AnyScope, session: SessionDep) -> ProjectList:
+    """The projects of the caller's tenant by slug (a credential locked to
+    one project sees that one). A project is created on first use by a key
+    with the 'write' scope (the `X-Project` header)."""
+    rows = await tenants.list_projects(session, scope)
+    return ProjectList(projects=[ProjectOut(slug=p.slug, created_at=p.created_at) for p in rows])
 
 
 @router.delete("/projects/{slug}", status_code=204, summary="Erase a project")

@@ -88,6 +88,13 @@ async def get_tenant_by_name(session: AsyncSession, name: str) -> Tenant:
     return tenant
 
 
+MAX_LISTED_PROJECTS = 1000
+
+
+async def list_projects(session: AsyncSession, tenant: TenantScope) -> Sequence[Project]:
+    return await repo.list_projects(session, tenant, limit=MAX_LISTED_PROJECTS)
+
+
 async def slug_of(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> str:
     slug = await repo.project_slug(session, tenant, project_id)
     if slug is None:

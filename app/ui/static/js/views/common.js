@@ -1,0 +1,33 @@
+// Pieces several views share: tag filters typed as text, a note's row.
+
+import { h, link, tagList, when } from "../dom.js";
+
+// "topic=sea, speaker=Melanie" -> {topic: ["sea"], speaker: ["Melanie"]}
+export function parseTags(text) {
+  const out = {};
+  for (const item of String(text || "").split(/[,\n]/)) {
+    const trimmed = item.trim();
+    if (!trimmed) continue;
+    const at = trimmed.indexOf("=");
+    if (at <= 0) throw new Error(`tag filter "${trimmed}" must be key=value`);
+    const key = trimmed.slice(0, at).trim();
+    (out[key] = out[key] || []).push(trimmed.slice(at + 1).trim());
+  }
+  return out;
+}
+
+export function tagQuery(text) {
+  return Object.entries(parseTags(text)).flatMap(([key, values]) => values.map((v) => `${key}=${v}`));
+}
+
+export function noteRow(note, extra = []) {
+  return h(
+    "tr",
+    { "data-id": note.id },
+    h("td", { class: "id" }, link(note.id, "note", { id: note.id })),
+    h("td", { class: "summary" }, note.summary),
+    h("td", {}, tagList(note.tags)),
+    h("td", { class: "when" }, when(note.updated_at)),
+    extra,
+  );
+}
