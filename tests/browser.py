@@ -102,8 +102,13 @@ class Browser:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
     def text(self, css: str) -> str:
-        found = self.find_all(css)
-        return found[0].text if found else ""
+        """The rendered text of the first match, or "" (one step: the page may redraw)."""
+        return str(
+            self.run(
+                "const el = document.querySelector(arguments[0]); return el ? el.innerText : ''",
+                css,
+            )
+        ).strip()
 
     def until(self, check: Callable[[Any], Any], what: str, timeout: float = WAIT) -> Any:
         return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(

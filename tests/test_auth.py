@@ -188,3 +188,31 @@ async def test_refused_key_on_health_sees_no_count(client, tenant) -> None:
     r = await client.get("/v1/health", headers={"Authorization": f"Bearer {created['key']}"})
     assert r.status_code == 200 and r.json()["item_count"] is None
     assert (await client.get("/v1/health", headers=tenant.headers)).json()["item_count"] == 1
+
+
+async def test_whoami_and_projects_show_what_a_credential_may_do(
+    client, tenant, other_tenant
+) -> None:
+    me = (await client.get("/v1/whoami", headers=tenant.headers)).json()
+    assert me["tenant_id"] == str(tenant.id) and me["project"] == "default"
+    assert me["scopes"] == ["admin", "read", "write"] and me["project_locked"] is False
+    assert me["credential"] == f"key:{me['key_id']}" and me["tags"] == {}
+    await client.get("/v1/notes", headers=tenant.project("side-one"))  # made on first use
+    await client.get("/v1/notes", headers=other_tenant.project("theirs"))
+    listed = (await client.get("/v1/projects", headers=tenant.headers)).json()["projects"]
+    assert [p["slug"] for p in listed] == ["default", "side-one"]
+    # a narrowed key: one project, a tag scope, read only; it lists that project only
+    sub = await client.post(
+        "/v1/subkeys",
+        headers=tenant.project("side-one"),
+        json={"name": "agent", "scopes": ["read"], "tags": {"team": "a"}, "expires_in_seconds": 60},
+    )
+    assert sub.status_code == 201, sub.text
+    narrow = {"Authorization": f"Bearer {sub.json()['key']}"}
+    me = (await client.get("/v1/whoami", headers=narrow)).json()
+    assert me["project"] == "side-one" and me["project_locked"] is True
+    assert me["scopes"] == ["read"] and me["tags"] == {"team": "a"} and me["expires_at"]
+    listed = (await client.get("/v1/projects", headers=narrow)).json()["projects"]
+    assert [p["slug"] for p in listed] == ["side-one"]
+    assert (await client.get("/v1/whoami")).status_code == 401
+    assert (await client.get("/v1/projects")).status_code == 401

@@ -64,7 +64,11 @@ def put(live: str, t: Tenant, **body: Any) -> dict[str, Any]:
 
 
 def rows(b: Browser, css: str = "tbody tr") -> list[str]:
-    return [r.get_attribute("data-id") or "" for r in b.find_all(css)]
+    """The ids of the table rows shown (read in one step: the page may redraw)."""
+    found = b.run(
+        "return [...document.querySelectorAll(arguments[0])].map(r => r.dataset.id || '')", css
+    )
+    return list(found)
 
 
 async def test_sign_in_keeps_the_key_out_of_urls_and_cookies(browser: Browser, tenant) -> None:
@@ -165,6 +169,30 @@ async def test_find_a_note_see_why_open_it_versions_and_graph(
         "the graph around the entity",
     )
     assert "note:trip" in {n.get_attribute("data-node") for n in b.find_all("svg.graph g.node")}
+
+
+async def test_notes_page_through_and_filter_by_time(browser: Browser, live: str, tenant) -> None:
+    b = browser
+    batch = [{"id": f"n-{i:02d}", "content": f"Note number {i}."} for i in range(30)]
+    batch.append({"id": "old", "content": "From long ago.", "created_at": "2020-01-01T00:00:00"})
+    r = httpx.post(f"{live}/v1/notes/batch", json={"notes": batch}, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["stored"] == 31, r.text
+    b.sign_in(tenant.key)
+    b.until(lambda d: len(rows(b)) == 25, "the first page")
+    first = rows(b)
+    next_page, prev_page = (b.find(f".pager button:nth-child({i})") for i in (2, 1))
+    assert not prev_page.is_enabled()
+    next_page.click()
+    b.until(lambda d: rows(b) and rows(b)[0] not in first, "the second page")
+    second = rows(b)
+    assert len(second) == 6 and not set(first) & set(second)
+    assert set(first) | set(second) == {n["id"] for n in batch}
+    b.find(".pager button:nth-child(1)").click()
+    b.until(lambda d: rows(b) == first, "the first page again")
+    b.find("input[name=until]").send_keys("2021-01-01\n")
+    b.until(lambda d: rows(b) == ["old"], "the until filter")
+    b.find("input[name=prefix]").send_keys("n-\n")
+    b.until(lambda d: "No notes match." in b.text(".count"), "no note both old and n-*")
 
 
 async def test_retry_a_dead_job(browser: Browser, live: str, tenant, client, make_pipeline) -> None:

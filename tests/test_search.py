@@ -3,6 +3,7 @@ versions, similar_to, recency decay, bias, isolation."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import text
 
 from app.pipeline import dispatcher
@@ -327,3 +328,57 @@ async def test_deep_find_follows_edges(client, tenant, other_tenant, make_pipeli
         headers=tenant.headers,
     )
     assert r.status_code == 422
+
+
+def _adds_up(note: dict) -> None:
+    """A result's explanation accounts for its score exactly (to rounding)."""
+    why = note["explain"]
+    bonuses = ("relevance", "neighbour", "episode", "date", "tag", "recency")
+    total = sum(why[k] for k in bonuses) / why["scale"] * why["bias"]
+    assert abs(min(total, 1.0) - note["score"]) < 1e-5, note
+
+
+async def test_explain_accounts_for_every_score(client, tenant, make_pipeline) -> None:
+    await put(
+        client,
+        tenant,
+        id="may",
+        content="Melanie ran a charity race for mental health.",
+        created_at="2023-05-08T10:00:00",
+        tags={"speaker": "Melanie"},
+    )
+    await put(client, tenant, id="next", content="Caroline cheered from the side.",
+              created_at="2023-05-08T10:01:00")  # fmt: skip
+    await put(client, tenant, id="other", content="A recipe for lemon cake.",
+              created_at="2024-01-01T00:00:00")  # fmt: skip
+    await run_all(make_pipeline(), client, tenant)
+    plain = await find(client, tenant, query="charity race")
+    assert all("explain" not in n for n in plain["notes"])  # only when asked
+
+    body = await find(client, tenant, query="What did Melanie run on 8 May, 2023?", explain=True)
+    by_id = {n["id"]: n for n in body["notes"]}
+    assert ids(body)[0] == "may"
+    for note in body["notes"]:
+        _adds_up(note)
+        why = note["explain"]
+        assert why["relevance"] == pytest.approx(0.3 * why["text"] + 0.7 * why["vector"], abs=1e-5)
+    may = by_id["may"]["explain"]
+    assert may["date"] == ranking.DATE_WEIGHT and may["tag"] == ranking.TAG_WEIGHT
+    assert may["text"] == 1.0 and may["bm25"] > 0 and may["vector"] > 0.2
+    # the turn after the match is lifted by its neighbour, and dated too
+    nxt = by_id["next"]["explain"]
+    assert nxt["neighbour"] > 0 and nxt["date"] == ranking.DATE_WEIGHT and nxt["bm25"] is None
+    assert "other" not in by_id or by_id["other"]["explain"]["date"] == 0
+
+    # one stage alone is its own relevance; bias is applied last
+    text_only = await find(client, tenant, query="charity race", stages="text", explain=True,
+                           bias={"may": 0.5})  # fmt: skip
+    for note in text_only["notes"]:
+        _adds_up(note)
+        assert note["explain"]["vector"] is None
+        assert note["explain"]["relevance"] == note["explain"]["text"]
+    assert text_only["notes"][0]["explain"]["bias"] == 0.5
+    similar = await find(client, tenant, similar_to="may", explain=True)
+    for note in similar["notes"]:
+        _adds_up(note)
+        assert note["explain"]["relevance"] == note["explain"]["vector"]
