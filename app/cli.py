@@ -246,6 +246,7 @@ def _serve(
                     f"keepmem: serving on http://{host}:{port} "
                     f"(ready in {time.monotonic() - started:.1f}s); Ctrl-C stops"
                 )
+                _eprint(f"keepmem: dashboard at http://{host}:{port}/ui")
             if data_dir is not None:
                 _eprint(f"keepmem: admin token in {data_dir / 'secrets.json'}")
             _print_exports(f"http://{host}:{port}", key)

@@ -65,6 +65,8 @@ class Browser:
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         self.driver.set_page_load_timeout(30)
         self.shots: list[Path] = []
+        # this run's screenshots only: a stale FAILED-... would mislead
+        shutil.rmtree(ARTIFACTS / "screenshots", ignore_errors=True)
 
     def close(self) -> None:
         self.driver.quit()

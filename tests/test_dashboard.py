@@ -152,6 +152,10 @@ async def test_find_a_note_see_why_open_it_versions_and_graph(
     b.until(lambda d: "happy" in b.text("section[aria-labelledby=tags-title] tbody"), "the tag")
     got = httpx.get(f"{live}/v1/notes/trip", headers=tenant.headers).json()
     assert got["tags"]["mood"] == "happy"
+    b.find('button[aria-label="Remove tag mood=happy"]').click()
+    b.until(lambda d: "happy" not in b.text("section[aria-labelledby=tags-title] tbody"), "removal")
+    got = httpx.get(f"{live}/v1/notes/trip", headers=tenant.headers).json()
+    assert "mood" not in got["tags"] and got["tags"]["_source"] == "inline"
 
     b.find("#open-graph").click()
     b.find("svg.graph")
@@ -243,10 +247,14 @@ async def test_hostile_content_is_shown_as_text_and_never_runs(
     browser: Browser, live: str, tenant
 ) -> None:
     b = browser
-    r = httpx.get(f"{live}/ui")
-    policy = r.headers["content-security-policy"]
-    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
-    assert "default-src 'none'" in policy
+    for path in ("/ui", "/ui/static/js/app.js", "/ui/static/js/views/note.js", "/ui/static/ui.css"):
+        r = httpx.get(f"{live}{path}")
+        assert r.status_code == 200, path
+        policy = r.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy, path
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert r.headers["x-content-type-options"] == "nosniff"
+    assert httpx.get(f"{live}/ui/static/../../main.py").status_code == 404
     b.sign_in(tenant.key)
     b.go("#/live")
     b.find("#events")

@@ -7,7 +7,9 @@ import { diffView } from "./diff.js";
 
 function tagEditor(note, ctx, reload) {
   const rows = [];
+  const system = Object.entries(note.tags || {}).filter(([key]) => key.startsWith("_"));
   for (const [key, value] of Object.entries(note.tags || {})) {
+    if (key.startsWith("_")) continue; // kept by keepmem, not editable
     for (const v of Array.isArray(value) ? value : [value]) {
       const remove = h("button", { type: "button", "aria-label": `Remove tag ${key}=${v}` }, "Remove");
       remove.hidden = !ctx.can("write");
@@ -22,7 +24,7 @@ function tagEditor(note, ctx, reload) {
       rows.push(h("tr", {}, h("td", {}, key), h("td", { class: "value" }, v), h("td", {}, remove)));
     }
   }
-  const out = [table(["Key", "Value", ""], rows, "Tags")];
+  const out = [rows.length ? table(["Key", "Value", ""], rows, "Tags") : h("p", {}, "No tags.")];
   if (ctx.can("write")) {
     const key = input("tag-key", { required: true });
     const value = input("tag-value", { required: true });
@@ -45,6 +47,14 @@ function tagEditor(note, ctx, reload) {
     });
     out.push(form);
   }
+  out.push(
+    h(
+      "details",
+      {},
+      h("summary", {}, `System tags (${system.length})`),
+      table(["Key", "Value"], system.map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", { class: "value" }, String(v)))), "Kept by keepmem"),
+    ),
+  );
   return h("section", { "aria-labelledby": "tags-title" }, h("h2", { id: "tags-title" }, "Tags"), out);
 }
 
