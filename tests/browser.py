@@ -25,6 +25,7 @@ CHROMIUM = os.environ.get("KEEPMEM_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("KEEPMEM_CHROMEDRIVER", "/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("KEEPMEM_ARTIFACTS", Path(__file__).parent.parent / "artifacts"))
 WAIT = 20.0
+BROWSER_ZONE = "Pacific/Auckland"
 
 # Chromium on a closed network: no background fetches, no sandbox as root.
 FLAGS = (
@@ -62,7 +63,9 @@ class Browser:
             options.add_argument(flag)
         options.add_argument(f"--user-data-dir={self.profile}")
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        # far from UTC, so a time shown in the browser's zone instead of UTC shows
+        service = Service(CHROMEDRIVER, env={**os.environ, "TZ": BROWSER_ZONE})
+        self.driver = webdriver.Chrome(service=service, options=options)
         self.driver.set_page_load_timeout(30)
         self.shots: list[Path] = []
         # this run's screenshots only: a stale FAILED-... would mislead
@@ -77,8 +80,9 @@ class Browser:
     def open(self, fragment: str = "") -> None:
         self.driver.get(f"{self.base}/ui{fragment}")
 
-    def sign_in(self, key: str, project: str = "default") -> None:
-        """Through the sign-in form, with the keyboard (Enter submits)."""
+    def sign_in(self, key: str, project: str = "") -> None:
+        """Through the sign-in form, with the keyboard (Enter submits); no
+        project: the key's own (or "default")."""
         # forget the last test's key on a page of the origin that runs no script
         self.driver.get(f"{self.base}/ui/static/favicon.svg")
         self.driver.execute_script("sessionStorage.clear()")

@@ -15,7 +15,7 @@ from selenium.webdriver.common.keys import Keys
 
 from app.main import create_app
 from app.settings import Settings
-from tests.browser import Browser, missing
+from tests.browser import BROWSER_ZONE, Browser, missing
 from tests.conftest import Tenant, serving
 from tests.test_pipeline import run_all
 
@@ -137,6 +137,10 @@ async def test_find_a_note_see_why_open_it_versions_and_graph(
     top.find_element("css selector", "td.id a").click()
     b.find("h1.note-id")
     assert b.text("h1.note-id") == "trip"
+    # times are UTC, as the API gives them, whatever the browser's zone
+    assert b.run("return Intl.DateTimeFormat().resolvedOptions().timeZone") == BROWSER_ZONE
+    made = httpx.get(f"{live}/v1/notes/trip", headers=tenant.headers).json()["created_at"]
+    assert b.text("dl.meta dd") == made.replace("T", " ")[:19]
     assert "Lisbon" in b.text(".note-summary")
     assert b.text("#versions-title") == "Versions (1 earlier)"
     assert [e.text for e in b.find_all("#diff del")] == ["Paris", "May."]
@@ -306,7 +310,18 @@ async def test_admin_keys_and_usage_and_a_read_only_key(
     b.go("#/note?id=counted")
     b.until(lambda d: b.text("h1.note-id") == "counted", "the note page")
     assert b.find_all("input[name=tag-key]") == []
-    # revoke it from the admin key: it stops working
+    # a key locked to one project signs in without naming it, and is no admin
+    sub = httpx.post(
+        f"{live}/v1/subkeys",
+        headers=tenant.project("side"),
+        json={"name": "side agent", "expires_in_seconds": 600},
+    )
+    assert sub.status_code == 201, sub.text
+    b.sign_in(sub.json()["key"])
+    b.until(lambda d: b.run("return document.getElementById('project').value") == "side", "side")
+    assert b.find_all("#nav-admin") == []
+    assert "No notes match." in b.find(".count").text
+    # revoke the reader from the admin key: it stops working
     b.sign_in(tenant.key)
     b.go("#/admin")
     row = b.until(

@@ -17,12 +17,14 @@ export const session = {
   get key() {
     return sessionStorage.getItem(KEY);
   },
+  // null until chosen: the server then uses the key's own project or "default"
   get project() {
-    return sessionStorage.getItem(PROJECT) || "default";
+    return sessionStorage.getItem(PROJECT);
   },
   signIn(key, project) {
     sessionStorage.setItem(KEY, key);
-    sessionStorage.setItem(PROJECT, project || "default");
+    if (project) sessionStorage.setItem(PROJECT, project);
+    else sessionStorage.removeItem(PROJECT);
   },
   useProject(project) {
     sessionStorage.setItem(PROJECT, project);
@@ -33,13 +35,15 @@ export const session = {
   },
 };
 
-function headers(extra) {
-  const out = { Accept: "application/json", "X-Project": session.project, ...extra };
+function headers(extra, project = session.project) {
+  const out = { Accept: "application/json", ...extra };
+  if (project) out["X-Project"] = project;
   if (session.key) out.Authorization = `Bearer ${session.key}`;
   return out;
 }
 
-export async function api(method, path, { query, body, key } = {}) {
+// key / project: for the sign-in check, before they are kept
+export async function api(method, path, { query, body, key, project } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [name, value] of Object.entries(query || {})) {
     for (const v of Array.isArray(value) ? value : [value]) {
@@ -50,7 +54,7 @@ export async function api(method, path, { query, body, key } = {}) {
   if (key) extra.Authorization = `Bearer ${key}`;
   const response = await fetch(url, {
     method,
-    headers: headers(extra),
+    headers: headers(extra, project || session.project),
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: "omit",
     cache: "no-store",

@@ -30,7 +30,10 @@ const ctx = {
   get me() {
     return me;
   },
-  can: (scope) => Boolean(me && me.scopes.includes(scope)),
+  // tenant administration needs a key without a project lock or tag scope
+  can: (scope) =>
+    Boolean(me && me.scopes.includes(scope)) &&
+    (scope !== "admin" || (!me.project_locked && Object.keys(me.tags).length === 0)),
   onEvent(fn) {
     listeners.add(fn);
     return () => listeners.delete(fn);
@@ -52,22 +55,27 @@ const ctx = {
 
 function signInPage(message) {
   const key = input("key", { type: "password", required: true, autocomplete: "current-password" });
-  const project = input("project", { value: session.project, pattern: "[a-z][a-z0-9\\-]{1,62}" });
+  const project = input("project", {
+    value: session.project || "",
+    placeholder: "default, or the key's own project",
+    pattern: "[a-z][a-z0-9\\-]{1,62}",
+  });
   const error = h("p", { id: "signin-error", role: "alert", class: "error", hidden: !message }, message || "");
   const form = h(
     "form",
     { class: "signin", "aria-labelledby": "signin-title" },
     h("h1", { id: "signin-title" }, "Sign in to keepmem"),
     field("API key", key, "Kept in this tab's session storage only; sent as a bearer header."),
-    field("Project", project),
+    field("Project", project, "Optional; created on first use by a write key."),
     h("button", { type: "submit" }, "Sign in"),
     error,
   );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      await api("GET", "/v1/whoami", { key: key.value.trim() });
-      session.signIn(key.value.trim(), project.value.trim() || "default");
+      const chosen = project.value.trim();
+      await api("GET", "/v1/whoami", { key: key.value.trim(), project: chosen || undefined });
+      session.signIn(key.value.trim(), chosen);
       await start();
     } catch (err) {
       replace(error, err.message);
@@ -119,6 +127,7 @@ async function start() {
   if (!session.key) return signInPage();
   try {
     me = await api("GET", "/v1/whoami");
+    if (!session.project) session.useProject(me.project);
   } catch (err) {
     session.signOut();
     return signInPage(err.message);

@@ -81,9 +81,12 @@ export function select(name, options, value) {
   );
 }
 
+// Times as UTC. keep's timestamps carry no zone and are UTC: read them so
+// (a browser would take a zone-less date-time as local time).
 export function when(iso) {
   if (!iso) return "";
-  const d = new Date(iso);
+  const text = String(iso);
+  const d = new Date(/(Z|[+-]\d\d:?\d\d)$/i.test(text) || !text.includes("T") ? text : `${text}Z`);
   return Number.isNaN(d.getTime()) ? String(iso) : d.toISOString().replace("T", " ").slice(0, 19);
 }
 

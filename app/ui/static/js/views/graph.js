@@ -3,7 +3,7 @@
 // click (or Enter) on a node walks from it; the same walk is listed as a table.
 
 import { api } from "../api.js";
-import { field, h, input, link, replace, svg, table } from "../dom.js";
+import { field, h, input, link, replace, select, svg, table } from "../dom.js";
 
 const SIZE = 640;
 const RING = 120;
@@ -87,20 +87,20 @@ function nodeLink(node) {
 }
 
 export async function render(main, params, ctx) {
-  const start = input("start", { value: params.note || params.entity || "", placeholder: "note id or person:name" });
+  const start = input("start", { value: params.note || params.entity || "", placeholder: "a note id, or person:melanie" });
+  const kind = select("kind", [["note", "a note"], ["entity", "an entity"]], params.entity ? "entity" : "note");
   const depth = input("depth", { type: "number", min: 1, max: 5, value: params.depth || 2 });
   const form = h(
     "form",
     { class: "inline", "aria-label": "Walk the graph" },
-    field("Start at (note id, or entity key like person:melanie)", start),
+    field("Start at", kind),
+    field("Id or entity key", start),
     field("Depth", depth),
     h("button", { type: "submit" }, "Walk"),
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const value = start.value.trim();
-    const isEntity = /^[a-z_]+:/.test(value) && !value.includes("/") && !params.note;
-    ctx.go("graph", { [isEntity ? "entity" : "note"]: value, depth: depth.value });
+    ctx.go("graph", { [kind.value]: start.value.trim(), depth: depth.value });
   });
   const top = await api("GET", "/v1/entities", { query: { limit: 15 } });
   const known = h(
