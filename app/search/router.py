@@ -77,7 +77,7 @@ class SearchRequest(BaseModel):
     explain: StrictBool = Field(
         default=False,
         description="Return with each result how its score came about (stage scores, "
-        "relevance, each bonus, bias).",
+        "relevance, each bonus, bias). /v1/search only; compact lines carry none.",
     )
 
 
