@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -163,3 +164,12 @@ def refusal(exc: BaseException) -> tuple[str, str] | None:
             return "quota", str(message).splitlines()[0]
         todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return None
+
+
+async def role_sees_every_tenant(session: AsyncSession) -> bool:
+    """Whether the connected role is a superuser or bypasses row-level
+    security (the schema owner): keepmem's application role does neither."""
+    found = await session.scalar(
+        text("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+    )
+    return bool(found)

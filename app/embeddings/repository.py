@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
@@ -220,3 +221,67 @@ async def vectors_of(
         )
     )
     return {r[0]: [float(x) for x in r[1]] for r in rows}
+
+
+async def delete_of_model(
+    session: AsyncSession, scope: Scope, note_id: str, *, model: str, kind: str | None = None
+) -> int:
+    """Delete one model's vectors of a note (all kinds, or one)."""
+    stmt = delete(Embedding).where(_of_note(scope, note_id), Embedding.model == model)
+    if kind is not None:
+        stmt = stmt.where(Embedding.kind == kind)
+    result = await session.execute(stmt.returning(Embedding.note_id))
+    return len(result.all())
+
+
+@dataclass(frozen=True, slots=True)
+class Near:
+    note_id: str
+    kind: str
+    ref: int
+    distance: float  # cosine distance, 0 (same direction) to 2
+
+
+async def nearest(
+    session: AsyncSession,
+    scope: Scope,
+    vector: Sequence[float],
+    *,
+    model: str,
+    limit: int,
+    kinds: Sequence[str] = ("note",),
+) -> list[Near]:
+    """One model's vectors of the project nearest to ``vector`` (exact scan:
+    for vectors a local keep stored, which have no index of their own)."""
+    distance = Embedding.embedding.cosine_distance(list(vector))
+    rows = await session.execute(
+        select(Embedding.note_id, Embedding.kind, Embedding.ref, distance)
+        .where(
+            Embedding.tenant_id == scope.tenant_id,
+            Embedding.project_id == scope.project_id,
+            Embedding.model == model,
+            Embedding.dim == len(vector),
+            Embedding.kind.in_(list(kinds)),
+        )
+        .order_by(distance)
+        .limit(limit)
+    )
+    return [Near(r[0], r[1], int(r[2]), float(r[3])) for r in rows]
+
+
+async def models_of(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str], model: str
+) -> set[str]:
+    """Which of the notes have a current vector of this model."""
+    if not note_ids:
+        return set()
+    rows = await session.execute(
+        select(Embedding.note_id).where(
+            Embedding.tenant_id == scope.tenant_id,
+            Embedding.project_id == scope.project_id,
+            Embedding.note_id.in_(list(note_ids)),
+            Embedding.kind == "note",
+            Embedding.model == model,
+        )
+    )
+    return {r[0] for r in rows}

@@ -9,11 +9,22 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import tenancy
 from app.audit import repository as audit
 from app.auth import service as auth_service
-from app.auth.scope import ALL_SCOPES, TenantScope, scope_for_project, tenant_for_admin
+from app.auth.scope import (
+    ADMIN,
+    ALL_SCOPES,
+    WRITE,
+    Scope,
+    TenantScope,
+    mint,
+    scope_for_project,
+    tenant_for_admin,
+)
 from app.errors import (
     BadRequest,
+    Forbidden,
     ProjectLimit,
     ProjectNotFound,
     TenantExists,
@@ -167,3 +178,39 @@ async def set_quotas(
 
 
 QUOTAS = ("notes", "bytes", "requests_per_day", "jobs_per_day")
+
+
+async def scope_for_key(
+    session: AsyncSession,
+    *,
+    presented: str,
+    server_secret: str,
+    slug: str | None,
+    max_projects: int | None,
+) -> Scope:
+    """An API key resolved outside an HTTP request (keep's storage backend):
+    its tenant bound to the transaction, and the project ``slug`` (or the one
+    the key is locked to, or the default), created on first use by a key that
+    may write — exactly the scope the same key gets from the REST API."""
+    credential = await auth_service.resolve_credential(
+        session, presented=presented, server_secret=server_secret, keyring=None
+    )
+    tenant = credential.tenant
+    await tenancy.bind(session, tenant)
+    if slug is None:
+        slug = credential.project_slug
+    if slug is None and tenant.project_lock is not None:
+        slug = await slug_of(session, tenant, tenant.project_lock)
+    slug = slug or DEFAULT_PROJECT
+    project, _ = await resolve_project_created(
+        session,
+        tenant,
+        slug=slug,
+        may_create=bool({WRITE, ADMIN} & tenant.permissions)
+        and tenant.project_lock is None
+        and not tenant.tag_terms,
+        max_projects=max_projects,
+    )
+    if tenant.project_lock is not None and project.id != tenant.project_lock:
+        raise Forbidden(f"this credential is restricted to another project than '{slug}'")
+    return mint(tenant, project_id=project.id, project_slug=slug)

@@ -1,0 +1,255 @@
+"""keep's document-store writes as note use cases (the ``keepmem`` storage
+backend for a local keep, ``app/keepstore``).
+
+keep's own store is a record store: keep decides a note's summary, tags and
+content hash itself and asks the store to keep exactly that record, archiving
+the current one as a version first. These functions do that on keepmem's
+notes with everything any other write of the notes domain does: the change
+feed, tag edges, vectors archived with their version, and keepmem's own
+background work (embedding with keepmem's model, graph extraction), so the
+REST API finds what a local keep wrote. keep's full text is not sent to the
+store (only its summary), so the summary is what is indexed and embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.scope import Scope
+from app.embeddings import repository as vectors
+from app.feed import repository as feed
+from app.feed.kinds import EventKind
+from app.models import Note
+from app.notes import edges, history
+from app.notes import repository as repo
+from app.notes import tags as tagrules
+from app.notes.common import tag_words, valid_id
+from app.notes.ids import is_system_id
+from app.notes.views import split_system
+from app.notes.writing import enqueue_processing
+from app.timeutil import utcnow
+
+# Tags keep computes from the record's times when it reads one: never stored.
+COMPUTED_TAGS = frozenset({"_created", "_updated", "_updated_date", "_accessed", "_accessed_date"})
+
+
+def stored_tags(tags: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in tags.items() if k not in COMPUTED_TAGS}
+
+
+def _row(note_id: str, summary: str, tags: dict[str, Any]) -> dict[str, Any]:
+    user, _ = split_system(tags)
+    return {
+        "summary": summary,
+        "tags": tags,
+        "tag_index": tagrules.index_terms(user),
+        "source": str(tags.get("_source") or "inline"),
+        "content_type": tags.get("_content_type"),
+        "pending_content": None,
+    }
+
+
+async def upsert(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    summary: str,
+    tags: Mapping[str, Any],
+    content_hash: str | None,
+    created_at: datetime | None,
+    graph_extraction: bool,
+    archive: bool = True,
+) -> tuple[Note, bool]:
+    """Store keep's record for ``note_id``: a new note, or the current one
+    archived as a version and replaced. Returns the note and whether its
+    content hash changed (False for a new note, as keep's store says)."""
+    note_id = valid_id(note_id)
+    now = utcnow()
+    clean = stored_tags(tags)
+    user, _ = split_system(clean)
+    values = _row(note_id, summary, clean)
+    text = tag_words(note_id, user)
+    system = is_system_id(note_id)
+    inserted = await repo.insert_note(
+        session,
+        scope,
+        note_id=note_id,
+        values={
+            **values,
+            "content_hash": content_hash,
+            "created_at": created_at or now,
+            "updated_at": now,
+            "accessed_at": now,
+        },
+        fts_text=summary,
+        tag_text=text,
+    )
+    if inserted is not None:
+        await feed.record(
+            session, scope, mutation="doc_insert", entity_id=note_id, kind=EventKind.PUT
+        )
+        if user:
+            await edges.sync_tag_edges(session, scope, note_id, user)
+        await _queue(session, scope, note_id, content_hash, system, graph_extraction, False)
+        return inserted, False
+    existing = await repo.get(session, scope, note_id, lock=True)
+    assert existing is not None, "the insert conflicted, so the note exists"
+    if archive:
+        version = await repo.archive_current(session, scope, note_id)
+        await vectors.archive_note_vectors(session, scope, note_id, version)
+        await feed.record(
+            session,
+            scope,
+            mutation="version_insert",
+            entity_id=note_id,
+            kind=None,
+            payload={"version": version},
+        )
+    changed = content_hash is not None and existing.content_hash != content_hash
+    note = await repo.update_note(
+        session,
+        scope,
+        note_id,
+        values={
+            **values,
+            "content_hash": content_hash,
+            "created_at": created_at or existing.created_at,
+            "updated_at": now,
+            "accessed_at": now,
+        },
+        fts_text=summary,
+        tag_text=text,
+    )
+    await edges.sync_tag_edges(session, scope, note_id, user)
+    if existing.summary != summary or changed:
+        await vectors.delete_for_note(session, scope, note_id, kind="note")
+        await _queue(session, scope, note_id, content_hash, system, graph_extraction, True)
+    await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.PUT)
+    return note, changed
+
+
+async def _queue(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    content_hash: str | None,
+    system: bool,
+    graph_extraction: bool,
+    existed: bool,
+) -> None:
+    await enqueue_processing(
+        session,
+        scope,
+        note_id,
+        system_note=system,
+        needs_summary=False,  # keep chose the summary
+        content_hash=content_hash or "",
+        existed=existed,
+        graph_extraction=graph_extraction,
+    )
+
+
+async def set_tags(
+    session: AsyncSession, scope: Scope, note_id: str, tags: Mapping[str, Any]
+) -> bool:
+    """Replace a note's tags in place (no version), as keep's store does."""
+    existing = await repo.get(session, scope, note_id, lock=True)
+    if existing is None:
+        return False
+    clean = stored_tags(tags)
+    user, _ = split_system(clean)
+    await repo.update_note(
+        session,
+        scope,
+        note_id,
+        values={"tags": clean, "tag_index": tagrules.index_terms(user), "updated_at": utcnow()},
+        tag_text=tag_words(note_id, user),
+    )
+    await edges.sync_tag_edges(session, scope, note_id, user)
+    await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.TAG)
+    return True
+
+
+async def set_summary(session: AsyncSession, scope: Scope, note_id: str, summary: str) -> bool:
+    """Replace a note's summary in place (keep's background summary)."""
+    existing = await repo.get(session, scope, note_id, lock=True)
+    if existing is None:
+        return False
+    user, _ = split_system(existing.tags)
+    await repo.update_note(
+        session,
+        scope,
+        note_id,
+        values={"summary": summary, "updated_at": utcnow()},
+        fts_text=summary,
+        tag_text=tag_words(note_id, user),
+    )
+    await feed.record(
+        session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.SUMMARY
+    )
+    return True
+
+
+async def touch(session: AsyncSession, scope: Scope, note_ids: Sequence[str]) -> None:
+    now = utcnow()
+    for note_id in dict.fromkeys(note_ids):
+        await repo.touch_accessed(session, scope, note_id, now)
+
+
+async def remove(session: AsyncSession, scope: Scope, note_id: str) -> bool:
+    """Delete a note with its history. (keep's store can keep the history of
+    a deleted note; keepmem's versions belong to their note, so they go too.)"""
+    note = await repo.get(session, scope, note_id, lock=True)
+    if note is None:
+        return False
+    await history.delete(session, scope, raw_id=note_id, delete_versions=True)
+    return True
+
+
+async def restore_latest(session: AsyncSession, scope: Scope, note_id: str) -> Note | None:
+    """The newest archived version made current again (and taken out of the
+    history); None, and nothing changed, when there is no history."""
+    if await repo.count_versions(session, scope, note_id) == 0:
+        return None
+    await history.delete(session, scope, raw_id=note_id, delete_versions=False)
+    return await repo.get(session, scope, note_id)
+
+
+async def put_vector(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    kind: str,
+    ref: int,
+    model: str,
+    vector: Sequence[float],
+) -> bool:
+    """Store a vector a local keep computed, under its own model's identity
+    (keepmem's search uses keepmem's model only: the spaces never mix).
+    False when the note is not there (a vector needs its note)."""
+    note = await repo.get(session, scope, note_id)
+    if note is None:
+        return False
+    await vectors.upsert(
+        session,
+        scope,
+        note_id=note_id,
+        kind=kind,
+        ref=ref,
+        model=model,
+        content_hash=note.content_hash or "",
+        vector=vector,
+    )
+    return True
+
+
+async def drop_vectors(
+    session: AsyncSession, scope: Scope, note_id: str, *, model: str, kind: str | None = None
+) -> int:
+    return await vectors.delete_of_model(session, scope, note_id, model=model, kind=kind)
