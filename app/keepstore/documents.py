@@ -74,6 +74,7 @@ class KeepmemDocumentStore:
     def __init__(self, connection: Connection, *, graph_extraction: bool = True) -> None:
         self._c = connection
         self._graph = graph_extraction
+        self._closed = False
 
     # -- writes ------------------------------------------------------------------
 
@@ -201,6 +202,23 @@ class KeepmemDocumentStore:
     ) -> list[Any]:
         rows = self._versions(collection, id)
         return [_version(v) for v in rows if abs(v.version - version) <= radius]
+
+    def get_version_nav(
+        self, collection: str, id: str, current_version: int | None = None, limit: int = 3
+    ) -> dict[str, list[Any]]:
+        """Viewing the current note: up to ``limit`` previous versions; viewing
+        version N: N-1 as prev, N+1 as next (an empty next: the current note)."""
+        if current_version is None:
+            return {"prev": self.list_versions(collection, id, limit=limit)}
+        rows = {v.version: v for v in self._versions(collection, id)}
+        out: dict[str, list[Any]] = {"prev": []}
+        if current_version - 1 in rows:
+            out["prev"] = [_version(rows[current_version - 1])]
+        if current_version + 1 in rows:
+            out["next"] = [_version(rows[current_version + 1])]
+        elif self.exists(collection, id):
+            out["next"] = []
+        return out
 
     def version_count(self, collection: str, id: str) -> int:
         return len(self._versions(collection, id))
@@ -400,5 +418,70 @@ class KeepmemDocumentStore:
     def delete_version_edges_for_target(self, collection: str, target_id: str) -> int:
         return 0
 
+    def delete_edges_for_predicate(self, collection: str, predicate: str) -> int:
+        return 0
+
+    def delete_version_edges_for_predicate(self, collection: str, predicate: str) -> int:
+        return 0
+
+    def backfill_version_edges_for_predicate(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def get_backfill_status(self, collection: str, predicate: str) -> str | None:
+        return "completed"
+
+    def delete_backfill(self, collection: str, predicate: str) -> None:
+        return None
+
+    def upsert_edge(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def upsert_edges_batch(self, collection: str, edges: list[Any]) -> int:
+        return 0
+
+    def has_edges(self, collection: str) -> bool:
+        return False
+
+    def get_forward_edges(self, collection: str, source_id: str) -> list[tuple[str, str, str]]:
+        return []  # keepmem's graph: GET /v1/graph/walk
+
+    def get_inverse_edges(self, collection: str, target_id: str) -> list[tuple[str, str, str]]:
+        return []
+
+    def find_edge_targets(self, collection: str, query: str) -> list[str]:
+        return []
+
+    # -- keep's local outboxes (markdown mirrors, sync): keepmem has its change feed --
+
+    def dequeue_outbox(self, limit: int = 50, claim_id: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def complete_outbox(self, outbox_ids: list[int]) -> None:
+        return None
+
+    def fail_outbox(self, outbox_ids: list[int]) -> None:
+        return None
+
+    def dequeue_sync_outbox(
+        self, limit: int = 50, claim_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return []
+
+    def complete_sync_outbox(self, outbox_ids: list[int]) -> None:
+        return None
+
+    def sync_outbox_bounds(self) -> tuple[int | None, int | None]:
+        return (None, None)
+
+    def list_sync_outbox_since(
+        self, *, after_outbox_id: int = 0, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        return []
+
+    def release_thread_connection(self) -> None:
+        return None  # one pool for every thread
+
     def close(self) -> None:
-        self._c.release()
+        if not self._closed:
+            self._closed = True
+            self._c.release()

@@ -57,6 +57,7 @@ class KeepmemVectorStore:
     def __init__(self, connection: Connection, *, dimension: int | None = None) -> None:
         self._c = connection
         self._dimension = dimension
+        self._closed = False
 
     def _run(self, work: Any) -> Any:
         # vectors live beside the notes of keep's document collection
@@ -257,4 +258,6 @@ class KeepmemVectorStore:
         return False
 
     def close(self) -> None:
-        self._c.release()
+        if not self._closed:
+            self._closed = True
+            self._c.release()
