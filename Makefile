@@ -22,7 +22,7 @@ KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
 	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
 	soupsieve starlette tinytag tomli-w typer urllib3
 
-.PHONY: up test install install-dev lint keep-client pgbouncer browser
+.PHONY: up test install install-dev lint keep-client keep-local pgbouncer browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,22 @@ $(KEEP_VENV)/.keep-$(KEEP_VERSION):
 	touch $@
 
 keep-client: $(KEEP_VENV)/.keep-$(KEEP_VERSION)
+
+# keep-skill and keepmem in one virtualenv: a local keep whose storage backend
+# is keepmem (the keep.backends entry point). keepmem is installed editable
+# from this checkout on every run (its dependencies only the first time).
+KEEP_LOCAL_VENV ?= $(HOME)/.cache/keepmem/keep-local-venv
+
+$(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION):
+	$(PY) -m venv $(KEEP_LOCAL_VENV)
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --upgrade pip
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps keep-skill==$(KEEP_VERSION)
+	$(KEEP_LOCAL_VENV)/bin/pip install -q $(KEEP_DEPS)
+	$(KEEP_LOCAL_VENV)/bin/pip install -q -e .
+	touch $@
+
+keep-local: $(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION)
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps -e .
 
 # PgBouncer (Debian's package) for the connection-pooling tests.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -67,5 +83,7 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint keep-client pgbouncer browser
-	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python $(BIN)/python -m pytest $(ARGS)
+test: lint keep-client keep-local pgbouncer browser
+	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python \
+	KEEPMEM_KEEP_LOCAL_PYTHON=$(KEEP_LOCAL_VENV)/bin/python \
+	$(BIN)/python -m pytest $(ARGS)

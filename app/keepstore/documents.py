@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
+from app.errors import NoteNotFound
 from app.keepstore import repository as kept
 from app.keepstore.connection import DOC_COLLECTION, Connection
 from app.models import Note, NoteVersion, Part
@@ -23,6 +24,7 @@ from app.notes import tags as tagrules
 from app.notes.ids import glob_regex
 from app.search import repository as search
 from app.search.fulltext import repository as fulltext
+from app.settings import Limits
 from app.timeutil import keep_ts, parse_timestamp
 
 MAX_LIST = 100_000  # "no limit" in keep's calls, bounded
@@ -61,6 +63,16 @@ def _version(row: NoteVersion) -> Any:
     )
 
 
+def _current_as_version(note: Note) -> Any:
+    return _keep().VersionInfo(
+        version=0,
+        summary=note.summary,
+        tags=records.stored_tags(note.tags),
+        created_at=keep_ts(note.updated_at),
+        content_hash=note.content_hash,
+    )
+
+
 def _part(row: Part) -> Any:
     return _keep().PartInfo(
         part_num=row.part_num,
@@ -75,6 +87,7 @@ class KeepmemDocumentStore:
         self._c = connection
         self._graph = graph_extraction
         self._closed = False
+        self._limits = Limits()
 
     # -- writes ------------------------------------------------------------------
 
@@ -248,6 +261,9 @@ class KeepmemDocumentStore:
     def part_count(self, collection: str, id: str) -> int:
         return len(self.list_parts(collection, id))
 
+    def delete_parts(self, collection: str, id: str) -> int:
+        return int(self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, id)))
+
     def list_part_doc_ids(self, collection: str, part_num: int) -> list[str]:
         async def work(s: AsyncSession, scope: Scope) -> list[str]:
             return await kept.notes_with_part(s, scope, part_num)
@@ -392,6 +408,45 @@ class KeepmemDocumentStore:
 
     def count_versions(self, collection: str) -> int:
         return self._c.run(collection, lambda s, sc: kept.count_versions(s, sc))
+
+    # -- move and import ----------------------------------------------------------------
+
+    def extract_versions(
+        self,
+        collection: str,
+        source_id: str,
+        target_id: str,
+        tag_filter: dict[str, str] | None = None,
+        only_current: bool = False,
+    ) -> tuple[list[Any], Any | None, int]:
+        """Move versions of ``source_id`` into ``target_id`` (keepmem's move):
+        (what moved, oldest first, the source's current one as version 0;
+        the source afterwards or None; the target's first version number)."""
+
+        async def work(s: AsyncSession, scope: Scope) -> tuple[list[Any], Any | None, int]:
+            done = await records.extract(
+                s, scope, source_id=source_id, target_id=target_id, tags=tag_filter,
+                only_current=only_current,
+            )  # fmt: skip
+            moved = [
+                _version(v) if isinstance(v, NoteVersion) else _current_as_version(v)
+                for v in done.versions
+            ]
+            source = None if done.source is None else _record(collection, done.source)
+            return moved, source, done.base_version
+
+        try:
+            return self._c.run(collection, work)
+        except NoteNotFound as exc:
+            raise ValueError(str(exc)) from exc
+
+    def import_batch(self, collection: str, documents: list[dict[str, Any]]) -> dict[str, int]:
+        limits = self._limits
+
+        async def work(s: AsyncSession, scope: Scope) -> dict[str, int]:
+            return await records.import_batch(s, scope, documents, limits)
+
+        return self._c.run(collection, work)
 
     # -- collections -----------------------------------------------------------------
 

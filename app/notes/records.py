@@ -14,6 +14,7 @@ store (only its summary), so the summary is what is indexed and embedded.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,16 +22,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
+from app.errors import NoteNotFound
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
-from app.models import Note
-from app.notes import edges, history
+from app.models import Note, NoteVersion
+from app.notes import edges, history, importing
 from app.notes import repository as repo
 from app.notes import tags as tagrules
 from app.notes.common import tag_words, valid_id
 from app.notes.ids import is_system_id
 from app.notes.views import split_system
 from app.notes.writing import enqueue_processing
+from app.settings import Limits
 from app.timeutil import utcnow
 
 # Tags keep computes from the record's times when it reads one: never stored.
@@ -253,3 +256,59 @@ async def drop_vectors(
     session: AsyncSession, scope: Scope, note_id: str, *, model: str, kind: str | None = None
 ) -> int:
     return await vectors.delete_of_model(session, scope, note_id, model=model, kind=kind)
+
+
+async def drop_parts(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    """Delete a note's parts and their vectors."""
+    await vectors.delete_for_note(session, scope, note_id, kind="part")
+    dropped = await repo.delete_parts(session, scope, note_id)
+    if dropped:
+        await feed.record(session, scope, mutation="part_delete", entity_id=note_id, kind=None)
+    return dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    versions: list[NoteVersion | Note]  # oldest first; a Note is the source's current state
+    source: Note | None  # the source afterwards (None: deleted)
+    base_version: int  # the target's first version number for what was moved
+
+
+async def extract(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    source_id: str,
+    target_id: str,
+    tags: Mapping[str, Any] | None,
+    only_current: bool,
+) -> Extracted:
+    """keep's ``extract_versions``: keepmem's move (the notes domain's rules),
+    reported the way keep's store reports it."""
+    source = await repo.get(session, scope, source_id)
+    if source is None:
+        raise NoteNotFound(f"source note not found: {source_id}")
+    history_rows = list(await repo.all_versions(session, scope, source_id))
+    wanted = tagrules.parse_value_map(tags) if tags else {}
+    picked: list[NoteVersion | Note] = []
+    if not only_current:
+        picked = [v for v in history_rows if not wanted or tagrules.matches(v.tags, wanted)]
+    if only_current or not wanted or tagrules.matches(source.tags, wanted):
+        picked.append(source)
+    target_before = await repo.get(session, scope, target_id)
+    base = 1 if target_before is None else await repo.max_version(session, scope, target_id) + 2
+    await history.move(
+        session, scope, name=target_id, source=source_id, tags=tags, only_current=only_current
+    )
+    return Extracted(
+        versions=picked, source=await repo.get(session, scope, source_id), base_version=base
+    )
+
+
+async def import_batch(
+    session: AsyncSession, scope: Scope, documents: Sequence[Mapping[str, Any]], limits: Limits
+) -> dict[str, int]:
+    """keep's bulk restore: documents in keep's export shape (versions and
+    parts inline), written as keepmem's import writes them."""
+    done = await importing.import_documents(session, scope, documents, mode="merge", limits=limits)
+    return {"documents": done.imported, "versions": done.versions, "parts": done.parts}
