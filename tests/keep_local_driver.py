@@ -2,7 +2,7 @@
 "keepmem"`` (keepmem's storage backend), in the virtualenv where both are
 installed (``make keep-local``). Prints one JSON object, the last line.
 
-    <keep-local-venv>/bin/python tests/keep_local_driver.py session|get|open HOME PROJECT [ID]
+    <venv>/bin/python tests/keep_local_driver.py session|contract|get|open HOME PROJECT [ID]
 
 The database, key and server secret come from KEEPMEM_DATABASE_URL,
 KEEPMEM_API_KEY and KEEPMEM_SECRET_KEY, as a user would set them.
@@ -83,6 +83,75 @@ def session(kp: Any) -> dict[str, Any]:
     return out
 
 
+def contract(home: Path, project: str) -> dict[str, Any]:
+    """The stores on their own, as keep's Keeper uses them (``create_stores``)."""
+    from keep.backend import create_stores
+    from keep.config import StoreConfig
+
+    bundle = create_stores(
+        StoreConfig(path=home, backend="keepmem", backend_params={"project": project})
+    )
+    docs, vecs, c = bundle.doc_store, bundle.vector_store, "default"
+    out: dict[str, Any] = {"is_local": bundle.is_local}
+    rec, changed = docs.upsert(c, "doc:1", "Version 1", {"tag": "a"}, content_hash="h1")
+    out["new"] = [rec.id, rec.summary, rec.tags, changed]
+    rec, changed = docs.upsert(c, "doc:1", "Version 2", {"tag": "b"}, content_hash="h2")
+    out["changed"] = [rec.summary, changed, rec.created_at <= rec.updated_at]
+    out["versions"] = [
+        (v.version, v.summary, v.tags.get("tag")) for v in docs.list_versions(c, "doc:1")
+    ]
+    out["dedup"] = docs.upsert(c, "doc:2", "S", {"k": ["v1", "v1", "v2"], "one": ["x", "x"]})[
+        0
+    ].tags
+    out["update_summary"] = [
+        docs.update_summary(c, "doc:2", "New"),
+        docs.update_summary(c, "nope", "x"),
+    ]
+    out["update_tags"] = [
+        docs.update_tags(c, "doc:2", {"new": "t"}),
+        docs.update_tags(c, "nope", {}),
+    ]
+    out["after_updates"] = [docs.get(c, "doc:2").summary, docs.get(c, "doc:2").tags]
+    out["get_many"] = sorted(docs.get_many(c, ["doc:1", "doc:2", "missing"]))
+    out["by_hash"] = getattr(docs.find_by_content_hash(c, "h2"), "id", None)
+    out["glob"] = [r.id for r in docs.query_by_id_glob(c, "doc:?")]
+    out["prefix"] = [r.id for r in docs.query_by_id_prefix(c, "doc:")]
+    out["tag_value"] = [r.id for r in docs.query_by_tag_value(c, "new", "t")]
+    out["tag_key"] = [r.id for r in docs.query_by_tag_key(c, "tag")]
+    out["tag_keys"] = docs.list_distinct_tag_keys(c)
+    out["tag_values"] = docs.list_distinct_tag_values(c, "tag")
+    out["restore"] = docs.restore_latest_version(c, "doc:1").summary
+    out["restore_none"] = docs.restore_latest_version(c, "doc:2")
+    out["fts"] = [r[0] for r in docs.query_fts(c, "Version")]
+    part = sys.modules["keep.document_store"].PartInfo
+    made = [part(1, "Opening about tides", {"kind": "intro"}, ""), part(2, "Harbour dues", {}, "")]
+    out["parts"] = docs.upsert_parts(c, "doc:1", made)
+    out["part_tags"] = docs.update_part_tags(c, "doc:1", 2, {"kind": ["fees", "fees"]})
+    out["part_list"] = [(p.part_num, p.summary, p.tags) for p in docs.list_parts(c, "doc:1")]
+    out["part_fts"] = [r[0] for r in docs.query_fts(c, "harbour dues")]
+    # vectors: keep's own, under its own model identity
+    coll = "openai_test-model_3"
+    vecs.upsert(coll, "doc:1", [1.0, 0.0, 0.0], "", {})
+    vecs.upsert(coll, "doc:2", [0.0, 1.0, 0.0], "", {})
+    vecs.upsert(coll, "ghost", [0.0, 0.0, 1.0], "", {})  # no such note: not stored
+    near = vecs.query_embedding(coll, [0.9, 0.1, 0.0], limit=5)
+    out["near"] = [(r.id, round(r.distance, 3)) for r in near]
+    out["embedding"] = vecs.get_embedding(coll, "doc:2")
+    out["vector_ids"] = vecs.list_ids(coll)
+    out["missing"] = sorted(vecs.find_missing_ids(coll, ["doc:1", "doc:3"]))
+    out["other_model"] = vecs.list_ids("another_model_3")
+    out["vec_delete"] = [vecs.delete(coll, "doc:2"), vecs.exists(coll, "doc:2")]
+    out["delete"] = [docs.delete(c, "doc:1"), docs.delete(c, "doc:1"), docs.exists(c, "doc:1")]
+    docs.close()
+    vecs.close()
+    try:
+        docs.get(c, "doc:2")
+        out["after_close"] = "answered"
+    except RuntimeError as exc:
+        out["after_close"] = str(exc)
+    return out
+
+
 def main() -> None:
     mode, home, project = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     if mode == "open":  # only open the store: configuration errors
@@ -91,6 +160,9 @@ def main() -> None:
             print(json.dumps({"opened": True}))  # noqa: T201 - the output
         except Exception as exc:  # noqa: BLE001 - the error a user would see
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))  # noqa: T201
+        return
+    if mode == "contract":
+        print(json.dumps(contract(home, project)))  # noqa: T201 - the output
         return
     kp = keeper(home, project)
     try:

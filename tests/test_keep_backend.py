@@ -201,3 +201,45 @@ def test_the_entry_point_is_registered(local_python) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "['app.keepstore:create_stores']"
+
+
+async def test_the_stores_keep_keeps_contract(
+    local_python, tmp_path, settings, tenant: Tenant, client
+) -> None:
+    """The two stores on their own (keep's ``create_stores``), method by method,
+    with keep's semantics: versions on upsert, tag values deduplicated as keep
+    does, updates of missing notes False, restore, hash / glob / tag lookups,
+    keep's own vectors under keep's model identity (a vector without its note
+    is not kept), and a closed store refuses calls."""
+    env = environment(tmp_path, settings, tenant.key)
+    out = drive(local_python, env, "contract", str(tmp_path / "keep"), "contract")
+    assert out["is_local"] is False
+    assert out["new"] == ["doc:1", "Version 1", {"tag": "a"}, False]
+    assert out["changed"] == ["Version 2", True, True]
+    assert out["versions"] == [[1, "Version 1", "a"]]
+    assert out["dedup"] == {"k": ["v1", "v2"], "one": "x"}
+    assert out["update_summary"] == [True, False] and out["update_tags"] == [True, False]
+    assert out["after_updates"] == ["New", {"new": "t"}]
+    assert out["get_many"] == ["doc:1", "doc:2"] and out["by_hash"] == "doc:1"
+    assert out["glob"] == out["prefix"] == ["doc:1", "doc:2"]
+    assert out["tag_value"] == ["doc:2"] and out["tag_key"] == ["doc:1"]
+    assert {"new", "tag"} <= set(out["tag_keys"]) and out["tag_values"] == ["b"]
+    assert out["restore"] == "Version 1" and out["restore_none"] is None
+    assert out["fts"] == ["doc:1"]
+    assert out["parts"] == 2 and out["part_tags"] is True
+    assert out["part_list"] == [
+        [1, "Opening about tides", {"kind": "intro"}],
+        [2, "Harbour dues", {"kind": "fees"}],
+    ]
+    assert out["part_fts"] == ["doc:1@p2"]
+    assert [n[0] for n in out["near"]] == ["doc:1", "doc:2"] and out["near"][0][1] < 0.01
+    assert out["embedding"] == [0.0, 1.0, 0.0]
+    assert out["vector_ids"] == ["doc:1", "doc:2"] and out["missing"] == ["doc:3"]
+    assert out["other_model"] == [] and out["vec_delete"] == [True, False]
+    assert out["delete"] == [True, False, False]
+    assert out["after_close"] == "this keepmem store is closed"
+    # keep's vectors sit beside keepmem's, under their own model name
+    r = await client.get("/v1/notes/doc:2", headers=tenant.project("contract"))
+    assert r.json()["summary"] == "New"
+    r = await client.get("/v1/notes/doc:1/parts", headers=tenant.project("contract"))
+    assert r.status_code == 404  # deleted with its parts at the end

@@ -12,11 +12,13 @@ calls after it are refused.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+CLEANUP_SECONDS = 10.0
 
 
 class BridgeClosed(RuntimeError):
@@ -55,13 +57,15 @@ class Bridge:
             if self._closed:
                 return
             self._closed = True
+        if sys.is_finalizing() or not self._thread.is_alive():
+            return  # interpreter shutdown: the loop's thread is gone or frozen
         try:
             if cleanup is not None:
 
                 async def run_cleanup() -> None:
                     await cleanup()
 
-                asyncio.run_coroutine_threadsafe(run_cleanup(), self._loop).result(self.timeout)
+                asyncio.run_coroutine_threadsafe(run_cleanup(), self._loop).result(CLEANUP_SECONDS)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(self.timeout)

@@ -82,6 +82,8 @@ class Connection:
         self._users = 2  # the document and the vector store; closed by the last
         try:
             self.bridge.call(self._check_role())
+            # the key and the project now, so a bad one fails keep's start-up
+            self.bridge.call(self._scope(DOC_COLLECTION))
         except BaseException:
             self.bridge.close(self.db.dispose)
             raise

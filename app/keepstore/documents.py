@@ -36,6 +36,14 @@ def _keep() -> Any:
     return document_store
 
 
+def _tags(tags: dict[str, Any]) -> dict[str, Any]:
+    """Tags as keep's own store writes them (duplicate values dropped, a
+    one-value list as its value): keep's rule, applied with keep's code."""
+    from keep.types import normalize_tag_map  # type: ignore[import-not-found]
+
+    return dict(normalize_tag_map(tags))
+
+
 def _record(collection: str, note: Note) -> Any:
     return _keep().DocumentRecord(
         id=note.id,
@@ -110,7 +118,7 @@ class KeepmemDocumentStore:
                 scope,
                 note_id=id,
                 summary=summary,
-                tags=tags,
+                tags=_tags(tags),
                 content_hash=content_hash,
                 created_at=when,
                 graph_extraction=self._graph,
@@ -124,7 +132,8 @@ class KeepmemDocumentStore:
         return self._c.run(collection, lambda s, sc: records.set_summary(s, sc, id, summary))
 
     def update_tags(self, collection: str, id: str, tags: dict[str, Any]) -> bool:
-        return self._c.run(collection, lambda s, sc: records.set_tags(s, sc, id, tags))
+        clean = _tags(tags)
+        return self._c.run(collection, lambda s, sc: records.set_tags(s, sc, id, clean))
 
     def touch(self, collection: str, id: str) -> None:
         self.touch_many(collection, [id])
@@ -260,6 +269,27 @@ class KeepmemDocumentStore:
 
     def part_count(self, collection: str, id: str) -> int:
         return len(self.list_parts(collection, id))
+
+    def upsert_parts(self, collection: str, id: str, parts: list[Any]) -> int:
+        rows = [(p.part_num, p.summary, _tags(p.tags)) for p in parts]
+        return int(
+            self._c.run(collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=True))
+        )
+
+    def upsert_single_part(self, collection: str, id: str, part: Any) -> None:
+        rows = [(part.part_num, part.summary, _tags(part.tags))]
+        self._c.run(collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=False))
+
+    def update_part_tags(
+        self, collection: str, id: str, part_num: int, tags: dict[str, Any]
+    ) -> bool:
+        clean = _tags(tags)
+        return bool(
+            self._c.run(collection, lambda s, sc: records.set_part_tags(s, sc, id, part_num, clean))
+        )
+
+    def max_part_num(self, collection: str, id: str) -> int:
+        return max((p.part_num for p in self.list_parts(collection, id)), default=0)
 
     def delete_parts(self, collection: str, id: str) -> int:
         return int(self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, id)))

@@ -29,7 +29,7 @@ from app.models import Note, NoteVersion
 from app.notes import edges, history, importing
 from app.notes import repository as repo
 from app.notes import tags as tagrules
-from app.notes.common import tag_words, valid_id
+from app.notes.common import sha256_hex, tag_words, valid_id
 from app.notes.ids import is_system_id
 from app.notes.views import split_system
 from app.notes.writing import enqueue_processing
@@ -312,3 +312,40 @@ async def import_batch(
     parts inline), written as keepmem's import writes them."""
     done = await importing.import_documents(session, scope, documents, mode="merge", limits=limits)
     return {"documents": done.imported, "versions": done.versions, "parts": done.parts}
+
+
+PartRow = tuple[int, str, Mapping[str, Any]]  # part number, summary, tags
+
+
+async def put_parts(
+    session: AsyncSession, scope: Scope, note_id: str, parts: Sequence[PartRow], *, replace: bool
+) -> int:
+    """keep's parts of a note (made by keep's own analysis): all of them
+    (``replace``), or these ones over the ones with the same numbers. Parts
+    are indexed by their summaries (keep sends no part text); their vectors
+    are dropped with them. Returns how many parts the note has."""
+    if await repo.get(session, scope, note_id) is None:
+        return 0
+    existing = [] if replace else list(await repo.list_parts(session, scope, note_id))
+    new = {n: (n, summary, dict(tags)) for n, summary, tags in parts}
+    kept = [(p.part_num, p.summary, dict(p.tags or {})) for p in existing if p.part_num not in new]
+    rows = sorted([*kept, *new.values()])
+    await vectors.delete_for_note(session, scope, note_id, kind="part")
+    await repo.delete_parts(session, scope, note_id)
+    await repo.insert_parts(
+        session, scope, note_id, [(n, s, t, sha256_hex(s), s) for n, s, t in rows]
+    )
+    await feed.record(
+        session, scope, mutation="part_insert", entity_id=note_id, kind=EventKind.PARTS
+    )
+    return len(rows)
+
+
+async def set_part_tags(
+    session: AsyncSession, scope: Scope, note_id: str, part_num: int, tags: Mapping[str, Any]
+) -> bool:
+    part = await repo.get_part(session, scope, note_id, part_num)
+    if part is None:
+        return False
+    await put_parts(session, scope, note_id, [(part_num, part.summary, tags)], replace=False)
+    return True
