@@ -2,7 +2,9 @@
 "keepmem"`` (keepmem's storage backend), in the virtualenv where both are
 installed (``make keep-local``). Prints one JSON object, the last line.
 
-    <venv>/bin/python tests/keep_local_driver.py session|contract|get|open HOME PROJECT [ID]
+    <venv>/bin/python tests/keep_local_driver.py MODE HOME PROJECT [ID]
+
+MODE: session, contract, readonly, get or open.
 
 The database, key and server secret come from KEEPMEM_DATABASE_URL,
 KEEPMEM_API_KEY and KEEPMEM_SECRET_KEY, as a user would set them.
@@ -152,6 +154,31 @@ def contract(home: Path, project: str) -> dict[str, Any]:
     return out
 
 
+def read_only(home: Path, project: str) -> dict[str, Any]:
+    from keep.backend import create_stores
+    from keep.config import StoreConfig
+
+    bundle = create_stores(
+        StoreConfig(path=home, backend="keepmem", backend_params={"project": project})
+    )
+    out: dict[str, Any] = {
+        "get": getattr(bundle.doc_store.get("default", "shared"), "summary", None)
+    }
+    for name, write in (
+        ("upsert", lambda: bundle.doc_store.upsert("default", "mine", "text", {})),
+        ("vector", lambda: bundle.vector_store.upsert("k_3", "shared", [1.0, 0, 0], "", {})),
+        ("delete", lambda: bundle.doc_store.delete("default", "shared")),
+    ):
+        try:
+            write()
+            out[name] = "written"
+        except PermissionError as exc:
+            out[name] = str(exc)
+    bundle.doc_store.close()
+    bundle.vector_store.close()
+    return out
+
+
 def main() -> None:
     mode, home, project = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     if mode == "open":  # only open the store: configuration errors
@@ -161,8 +188,9 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - the error a user would see
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))  # noqa: T201
         return
-    if mode == "contract":
-        print(json.dumps(contract(home, project)))  # noqa: T201 - the output
+    if mode in ("contract", "readonly"):
+        runner = contract if mode == "contract" else read_only
+        print(json.dumps(runner(home, project)))  # noqa: T201 - the output
         return
     kp = keeper(home, project)
     try:

@@ -243,3 +243,20 @@ async def test_the_stores_keep_keeps_contract(
     assert r.json()["summary"] == "New"
     r = await client.get("/v1/notes/doc:1/parts", headers=tenant.project("contract"))
     assert r.status_code == 404  # deleted with its parts at the end
+
+
+async def test_a_read_only_key_reads_and_cannot_write(
+    local_python, tmp_path, settings, tenant: Tenant, client
+) -> None:
+    h = tenant.project("shared")
+    r = await client.post("/v1/notes", json={"id": "shared", "content": "Team note"}, headers=h)
+    assert r.status_code == 200, r.text
+    made = await client.post("/v1/keys", json={"name": "reader", "scopes": ["read"]}, headers=h)
+    reader = made.json()["key"]
+    out = drive(local_python, environment(tmp_path, settings, reader), "readonly",
+                str(tmp_path / "keep"), "shared")  # fmt: skip
+    assert out["get"] == "Team note"
+    for name in ("upsert", "vector", "delete"):
+        assert "lacks the 'write' scope" in out[name], out
+    assert (await client.get("/v1/notes/shared", headers=h)).json()["summary"] == "Team note"
+    assert (await client.get("/v1/notes/mine", headers=h)).status_code == 404

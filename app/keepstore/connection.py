@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
-from app.auth.scope import Scope
+from app.auth.scope import WRITE, Scope
 from app.db import Database, role_sees_every_tenant
 from app.keepstore.bridge import Bridge
 from app.notes.ids import InvalidId, validate_project_slug
@@ -123,12 +123,23 @@ class Connection:
         self._scopes[collection] = (scope, now)
         return scope
 
-    def run(self, collection: str, work: Callable[[AsyncSession, Scope], Awaitable[T]]) -> T:
+    def run(
+        self,
+        collection: str,
+        work: Callable[[AsyncSession, Scope], Awaitable[T]],
+        *,
+        write: bool = False,
+    ) -> T:
         """``work(session, scope)`` in one transaction of the key's tenant and
-        the collection's project (committed when it returns)."""
+        the collection's project (committed when it returns). A ``write``
+        needs the key's 'write' scope, as the REST API's writes do."""
 
         async def unit() -> T:
             scope = await self._scope(collection)
+            if write and WRITE not in scope.permissions:
+                raise PermissionError(
+                    "keepmem backend: this API key lacks the 'write' scope (read-only key)"
+                )
             async with tenancy.transaction(self.db, scope) as session:
                 return await work(session, scope)
 

@@ -126,14 +126,16 @@ class KeepmemDocumentStore:
             )
             return _record(collection, note), changed
 
-        return self._c.run(collection, work)
+        return self._c.run(collection, work, write=True)
 
     def update_summary(self, collection: str, id: str, summary: str) -> bool:
-        return self._c.run(collection, lambda s, sc: records.set_summary(s, sc, id, summary))
+        return self._c.run(
+            collection, lambda s, sc: records.set_summary(s, sc, id, summary), write=True
+        )
 
     def update_tags(self, collection: str, id: str, tags: dict[str, Any]) -> bool:
         clean = _tags(tags)
-        return self._c.run(collection, lambda s, sc: records.set_tags(s, sc, id, clean))
+        return self._c.run(collection, lambda s, sc: records.set_tags(s, sc, id, clean), write=True)
 
     def touch(self, collection: str, id: str) -> None:
         self.touch_many(collection, [id])
@@ -143,14 +145,14 @@ class KeepmemDocumentStore:
             self._c.run(collection, lambda s, sc: records.touch(s, sc, ids))
 
     def delete(self, collection: str, id: str, delete_versions: bool = True) -> bool:
-        return self._c.run(collection, lambda s, sc: records.remove(s, sc, id))
+        return self._c.run(collection, lambda s, sc: records.remove(s, sc, id), write=True)
 
     def restore_latest_version(self, collection: str, id: str) -> Any | None:
         async def work(s: AsyncSession, scope: Scope) -> Any | None:
             note = await records.restore_latest(s, scope, id)
             return None if note is None else _record(collection, note)
 
-        return self._c.run(collection, work)
+        return self._c.run(collection, work, write=True)
 
     # -- reads ------------------------------------------------------------------
 
@@ -273,26 +275,36 @@ class KeepmemDocumentStore:
     def upsert_parts(self, collection: str, id: str, parts: list[Any]) -> int:
         rows = [(p.part_num, p.summary, _tags(p.tags)) for p in parts]
         return int(
-            self._c.run(collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=True))
+            self._c.run(
+                collection,
+                lambda s, sc: records.put_parts(s, sc, id, rows, replace=True),
+                write=True,
+            )
         )
 
     def upsert_single_part(self, collection: str, id: str, part: Any) -> None:
         rows = [(part.part_num, part.summary, _tags(part.tags))]
-        self._c.run(collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=False))
+        self._c.run(
+            collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=False), write=True
+        )
 
     def update_part_tags(
         self, collection: str, id: str, part_num: int, tags: dict[str, Any]
     ) -> bool:
         clean = _tags(tags)
         return bool(
-            self._c.run(collection, lambda s, sc: records.set_part_tags(s, sc, id, part_num, clean))
+            self._c.run(
+                collection,
+                lambda s, sc: records.set_part_tags(s, sc, id, part_num, clean),
+                write=True,
+            )
         )
 
     def max_part_num(self, collection: str, id: str) -> int:
         return max((p.part_num for p in self.list_parts(collection, id)), default=0)
 
     def delete_parts(self, collection: str, id: str) -> int:
-        return int(self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, id)))
+        return int(self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, id), write=True))
 
     def list_part_doc_ids(self, collection: str, part_num: int) -> list[str]:
         async def work(s: AsyncSession, scope: Scope) -> list[str]:
@@ -466,7 +478,7 @@ class KeepmemDocumentStore:
             return moved, source, done.base_version
 
         try:
-            return self._c.run(collection, work)
+            return self._c.run(collection, work, write=True)
         except NoteNotFound as exc:
             raise ValueError(str(exc)) from exc
 
@@ -476,7 +488,23 @@ class KeepmemDocumentStore:
         async def work(s: AsyncSession, scope: Scope) -> dict[str, int]:
             return await records.import_batch(s, scope, documents, limits)
 
-        return self._c.run(collection, work)
+        return self._c.run(collection, work, write=True)
+
+    def copy_record(self, collection: str, from_id: str, to_id: str) -> Any | None:
+        """A new note ``to_id`` with ``from_id``'s summary, tags and times."""
+
+        async def work(s: AsyncSession, scope: Scope) -> Any | None:
+            note = await records.copy(s, scope, from_id, to_id, graph_extraction=self._graph)
+            return None if note is None else _record(collection, note)
+
+        return self._c.run(collection, work, write=True)
+
+    def delete_collection(self, collection: str) -> int:
+        """Every note of the collection's project, with its history."""
+        return int(self._c.run(collection, lambda s, sc: records.remove_all(s, sc), write=True))
+
+    def delete_collection_all(self, collection: str) -> int:
+        return self.delete_collection(collection)
 
     # -- collections -----------------------------------------------------------------
 

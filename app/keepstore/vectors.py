@@ -59,9 +59,9 @@ class KeepmemVectorStore:
         self._dimension = dimension
         self._closed = False
 
-    def _run(self, work: Any) -> Any:
+    def _run(self, work: Any, *, write: bool = False) -> Any:
         # vectors live beside the notes of keep's document collection
-        return self._c.run(DOC_COLLECTION, work)
+        return self._c.run(DOC_COLLECTION, work, write=write)
 
     @property
     def embedding_dimension(self) -> int | None:
@@ -81,7 +81,7 @@ class KeepmemVectorStore:
                 vector=embedding,
             )  # fmt: skip
 
-        self._run(work)
+        self._run(work, write=True)
 
     def upsert(
         self, collection: str, id: str, embedding: list[float], summary: str, tags: dict[str, Any]
@@ -124,7 +124,10 @@ class KeepmemVectorStore:
     def _drop(self, collection: str, note_id: str, kind: str | None) -> int:
         model = model_of(collection)
         return int(
-            self._run(lambda s, sc: records.drop_vectors(s, sc, note_id, model=model, kind=kind))
+            self._run(
+                lambda s, sc: records.drop_vectors(s, sc, note_id, model=model, kind=kind),
+                write=True,
+            )
         )
 
     def delete_parts(self, collection: str, id: str) -> int:

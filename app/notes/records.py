@@ -349,3 +349,36 @@ async def set_part_tags(
         return False
     await put_parts(session, scope, note_id, [(part_num, part.summary, tags)], replace=False)
     return True
+
+
+async def copy(
+    session: AsyncSession, scope: Scope, from_id: str, to_id: str, *, graph_extraction: bool
+) -> Note | None:
+    source = await repo.get(session, scope, from_id)
+    if source is None:
+        return None
+    note, _ = await upsert(
+        session,
+        scope,
+        note_id=to_id,
+        summary=source.summary,
+        tags=source.tags,
+        content_hash=source.content_hash,
+        created_at=source.created_at,
+        graph_extraction=graph_extraction,
+    )
+    return note
+
+
+async def remove_all(session: AsyncSession, scope: Scope) -> int:
+    """Delete every note of the project (keep's import in ``replace`` mode)."""
+    done = 0
+    while True:
+        batch = await repo.list_notes(
+            session, scope, repo.ListQuery(order_by="id", limit=500, include_hidden=True)
+        )
+        if not batch:
+            return done
+        for note in batch:
+            await history.delete(session, scope, raw_id=note.id, delete_versions=True)
+            done += 1
