@@ -21,16 +21,36 @@ from typing import Any
 
 def keeper(home: Path, project: str) -> Any:
     from keep.api import Keeper
-    from keep.config import load_or_create_config
+    from keep.config import ProviderConfig, load_or_create_config
 
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KEEP_CONFIG"] = str(home)
     config = load_or_create_config(home)
     config.backend = "keepmem"
     config.backend_params = {"project": project}
-    config.embedding = None  # keepmem's workers embed (keep's queue is keepmem's)
+    # keep's own embeddings (its query vectors, analyzed parts) from an
+    # OpenAI-compatible server when the test gives one; keepmem's workers embed
+    # the notes themselves either way
+    embed_url = os.environ.get("KEEP_TEST_EMBEDDINGS_URL")
+    config.embedding = (
+        ProviderConfig(
+            "openai",
+            {"model": "text-embedding-3-small", "base_url": embed_url, "api_key": "local-test"},
+        )
+        if embed_url
+        else None
+    )
     config.path = home / "store"
     return Keeper(config=config)
+
+
+class Sentences:
+    """keep's AnalyzerProvider interface, one part per sentence (no model)."""
+
+    def analyze(self, chunks: Any, guide_context: str = "", **options: Any) -> list[dict[str, Any]]:
+        text = " ".join(c.content for c in chunks)
+        found = [s.strip() for s in text.split(".") if s.strip()]
+        return [{"summary": s + ".", "tags": {"n": str(i)}} for i, s in enumerate(found, 1)]
 
 
 def session(kp: Any) -> dict[str, Any]:
@@ -80,6 +100,18 @@ def session(kp: Any) -> dict[str, Any]:
         mode="merge",
     )  # fmt: skip
     out["imported_versions"] = [v.summary for v in kp.list_versions("imported")]
+    text = " ".join(
+        f"Entry {n} of the harbour log records the tide, the wind and the boats that came in."
+        for n in range(1, 9)
+    )  # long enough for keep to analyze (min_analyze_length)
+    kp.put(text, id="harbour")
+    parts = kp.analyze("harbour", analyzer=Sentences(), force=True)
+    out["analyze"] = [p.summary for p in parts]
+    out["part_2"] = kp.get_part("harbour", 2).summary
+    out["keep_collection"] = kp._resolve_chroma_collection()
+    out["part_vectors"] = sum(
+        1 for i in kp._store.list_ids(out["keep_collection"]) if i.startswith("harbour@p")
+    )
     out["delete"] = kp.delete("tokens")
     out["deleted"] = kp.get("tokens") is None
     return out

@@ -62,8 +62,11 @@ def drive(python: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
 async def test_keepers_session_lands_in_keepmems_tables(
     local_python, tmp_path, settings, tenant: Tenant, other_tenant: Tenant, client, make_pipeline
 ) -> None:
-    env = environment(tmp_path, settings, tenant.key)
-    out = drive(local_python, env, "session", str(tmp_path / "keep"), "local")
+    with VendorServer(Vendor(dim=16)) as vendor:
+        env = environment(
+            tmp_path, settings, tenant.key, KEEP_TEST_EMBEDDINGS_URL=f"{vendor.url}/v1"
+        )
+        out = drive(local_python, env, "session", str(tmp_path / "keep"), "local")
     assert out["put"] == "auth"
     assert out["get"] == {"summary": "Use PKCE with S256 for every OAuth2 client", "topic": "auth"}
     assert out["get_missing"] is True
@@ -79,6 +82,8 @@ async def test_keepers_session_lands_in_keepmems_tables(
     assert out["revert"] == "a draft"
     assert out["import"]["imported"] == 1 and out["imported_versions"] == ["its older text"]
     assert {"auth", "auth-log", "draft", "tokens"} <= set(out["export"])
+    assert len(out["analyze"]) == 8 and out["analyze"][1].startswith("Entry 2 of the harbour log")
+    assert out["part_2"] == out["analyze"][1]
     assert out["delete"] is True and out["deleted"] is True
 
     # the same rows through the REST API, for the same tenant and project
@@ -89,6 +94,10 @@ async def test_keepers_session_lands_in_keepmems_tables(
     history = (await client.get("/v1/notes/auth/versions", headers=h)).json()
     assert [v["summary"] for v in history["versions"]] == ["OAuth2 uses PKCE for public clients"]
     assert (await client.get("/v1/notes/tokens", headers=h)).status_code == 404
+    parts = (await client.get("/v1/notes/harbour/parts", headers=h)).json()
+    assert [p["summary"] for p in parts["parts"]] == out["analyze"]
+    # keep embedded the parts itself: stored under keep's model, not keepmem's
+    assert out["part_vectors"] == 8 and out["keep_collection"].startswith("openai")
     imported = (await client.get("/v1/notes/imported", headers=h)).json()
     assert imported["created_at"].startswith("2024-01-01")
     # keepmem's workers embed what the local keep wrote: found by meaning over REST

@@ -285,3 +285,17 @@ async def models_of(
         )
     )
     return {r[0] for r in rows}
+
+
+async def delete_part_vectors(
+    session: AsyncSession, scope: Scope, note_id: str, part_nums: Sequence[int]
+) -> None:
+    """Every model's vectors of these parts of a note."""
+    if part_nums:
+        await session.execute(
+            delete(Embedding).where(
+                _of_note(scope, note_id),
+                Embedding.kind == "part",
+                Embedding.ref.in_(list(part_nums)),
+            )
+        )

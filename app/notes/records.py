@@ -323,14 +323,18 @@ async def put_parts(
     """keep's parts of a note (made by keep's own analysis): all of them
     (``replace``), or these ones over the ones with the same numbers. Parts
     are indexed by their summaries (keep sends no part text); their vectors
-    are dropped with them. Returns how many parts the note has."""
+    are dropped with them (only the replaced ones' unless ``replace``).
+    Returns how many parts the note has."""
     if await repo.get(session, scope, note_id) is None:
         return 0
     existing = [] if replace else list(await repo.list_parts(session, scope, note_id))
     new = {n: (n, summary, dict(tags)) for n, summary, tags in parts}
     kept = [(p.part_num, p.summary, dict(p.tags or {})) for p in existing if p.part_num not in new]
     rows = sorted([*kept, *new.values()])
-    await vectors.delete_for_note(session, scope, note_id, kind="part")
+    if replace:
+        await vectors.delete_for_note(session, scope, note_id, kind="part")
+    else:  # the other parts keep their vectors
+        await vectors.delete_part_vectors(session, scope, note_id, list(new))
     await repo.delete_parts(session, scope, note_id)
     await repo.insert_parts(
         session, scope, note_id, [(n, s, t, sha256_hex(s), s) for n, s, t in rows]
