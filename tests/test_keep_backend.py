@@ -77,6 +77,7 @@ async def test_keepers_session_lands_in_keepmems_tables(
     assert {"auth", "tokens"} <= set(out["find_since"])
     assert out["tag"] == "open"
     assert {"auth", "tokens"} <= set(out["list"])
+    assert not [i for i in out["list"] if i.startswith(".")]  # keep hides system notes
     assert out["now"] == out["get_now"] == "working on auth"
     assert out["move"] == "auth-log" and out["moved"] == "working on auth"
     assert out["revert"] == "a draft"

@@ -62,12 +62,18 @@ class Params:
                 validate_project_slug(str(project))
             except InvalidId as exc:
                 raise BackendConfigError(f"keepmem backend: project: {exc}") from exc
+        try:
+            pool_size = int(raw.get("pool_size", 4))
+        except (TypeError, ValueError) as exc:
+            raise BackendConfigError("keepmem backend: pool_size must be a whole number") from exc
+        if not 1 <= pool_size <= 100:
+            raise BackendConfigError("keepmem backend: pool_size must be between 1 and 100")
         return cls(
             database_url=str(values["database_url"]),
             api_key=str(values["api_key"]),
             secret_key=str(values["secret_key"]),
             project=str(project) if project else None,
-            pool_size=int(raw.get("pool_size", 4)),
+            pool_size=pool_size,
         )
 
 

@@ -332,7 +332,9 @@ class KeepmemDocumentStore:
         self, collection: str, limit: int = 10, order_by: str = "updated", offset: int = 0
     ) -> list[Any]:
         order = order_by if order_by in ("updated", "accessed", "created", "id") else "updated"
-        q = repo.ListQuery(order_by=order, limit=self._limit(limit), offset=offset)
+        q = repo.ListQuery(
+            order_by=order, limit=self._limit(limit), offset=offset, include_hidden=True
+        )  # every note, as keep's store: keep hides system notes itself
         return self._list(collection, q)
 
     def list_recent_with_history(
