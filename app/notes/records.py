@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import NoteNotFound
+from app.errors import NoteNotFound, OutsideScope
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
 from app.models import Note, NoteVersion
@@ -101,7 +101,10 @@ async def upsert(
         await _queue(session, scope, note_id, content_hash, system, graph_extraction, False)
         return inserted, False
     existing = await repo.get(session, scope, note_id, lock=True)
-    assert existing is not None, "the insert conflicted, so the note exists"
+    if existing is None:  # the insert conflicted, so it exists: outside the tag scope
+        raise OutsideScope(
+            f"note id {note_id!r} is taken by a note outside this credential's tag scope"
+        )
     if archive:
         version = await repo.archive_current(session, scope, note_id)
         await vectors.archive_note_vectors(session, scope, note_id, version)
@@ -129,7 +132,9 @@ async def upsert(
         tag_text=text,
     )
     await edges.sync_tag_edges(session, scope, note_id, user)
-    if existing.summary != summary or changed:
+    if archive or existing.summary != summary or changed:
+        # the note's vectors went with the archived version, or are stale:
+        # keepmem's worker embeds the current text again
         await vectors.delete_for_note(session, scope, note_id, kind="note")
         await _queue(session, scope, note_id, content_hash, system, graph_extraction, True)
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.PUT)
