@@ -3,8 +3,7 @@ Keeper calls, synchronously). Records come back as keep's own dataclasses.
 
 Writes go through ``app.notes.records`` (the notes domain: feed, tag edges,
 versions, keepmem's background work); reads through the notes repository.
-Edges are keepmem's own (kept by every write from the tags' edge rules), so
-keep's edge and backfill bookkeeping calls are accepted and change nothing.
+keep's edge, backfill and outbox bookkeeping is in ``bookkeeping.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.scope import Scope
 from app.errors import NoteNotFound
 from app.keepstore import repository as kept
+from app.keepstore.bookkeeping import Bookkeeping
 from app.keepstore.connection import DOC_COLLECTION, Connection
 from app.models import Note, NoteVersion, Part
 from app.notes import records
@@ -90,7 +90,7 @@ def _part(row: Part) -> Any:
     )
 
 
-class KeepmemDocumentStore:
+class KeepmemDocumentStore(Bookkeeping):
     def __init__(self, connection: Connection, *, graph_extraction: bool = True) -> None:
         self._c = connection
         self._graph = graph_extraction
@@ -512,89 +512,6 @@ class KeepmemDocumentStore:
 
     def list_collections(self) -> list[str]:
         return [DOC_COLLECTION]
-
-    # -- keep's edge and backfill bookkeeping: keepmem keeps its own edges -------------
-
-    def backfill_exists(self, collection: str, predicate: str) -> bool:
-        return True
-
-    def upsert_backfill(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def delete_edges_for_source(self, collection: str, source_id: str) -> int:
-        return 0
-
-    def delete_edges_for_target(self, collection: str, target_id: str) -> int:
-        return 0
-
-    def delete_version_edges_for_source(self, collection: str, source_id: str) -> int:
-        return 0
-
-    def delete_version_edges_for_target(self, collection: str, target_id: str) -> int:
-        return 0
-
-    def delete_edges_for_predicate(self, collection: str, predicate: str) -> int:
-        return 0
-
-    def delete_version_edges_for_predicate(self, collection: str, predicate: str) -> int:
-        return 0
-
-    def backfill_version_edges_for_predicate(self, *args: Any, **kwargs: Any) -> int:
-        return 0
-
-    def get_backfill_status(self, collection: str, predicate: str) -> str | None:
-        return "completed"
-
-    def delete_backfill(self, collection: str, predicate: str) -> None:
-        return None
-
-    def upsert_edge(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def upsert_edges_batch(self, collection: str, edges: list[Any]) -> int:
-        return 0
-
-    def has_edges(self, collection: str) -> bool:
-        return False
-
-    def get_forward_edges(self, collection: str, source_id: str) -> list[tuple[str, str, str]]:
-        return []  # keepmem's graph: GET /v1/graph/walk
-
-    def get_inverse_edges(self, collection: str, target_id: str) -> list[tuple[str, str, str]]:
-        return []
-
-    def find_edge_targets(self, collection: str, query: str) -> list[str]:
-        return []
-
-    # -- keep's local outboxes (markdown mirrors, sync): keepmem has its change feed --
-
-    def dequeue_outbox(self, limit: int = 50, claim_id: str | None = None) -> list[dict[str, Any]]:
-        return []
-
-    def complete_outbox(self, outbox_ids: list[int]) -> None:
-        return None
-
-    def fail_outbox(self, outbox_ids: list[int]) -> None:
-        return None
-
-    def dequeue_sync_outbox(
-        self, limit: int = 50, claim_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        return []
-
-    def complete_sync_outbox(self, outbox_ids: list[int]) -> None:
-        return None
-
-    def sync_outbox_bounds(self) -> tuple[int | None, int | None]:
-        return (None, None)
-
-    def list_sync_outbox_since(
-        self, *, after_outbox_id: int = 0, limit: int = 50
-    ) -> list[dict[str, Any]]:
-        return []
-
-    def release_thread_connection(self) -> None:
-        return None  # one pool for every thread
 
     def close(self) -> None:
         if not self._closed:
