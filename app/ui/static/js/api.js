@@ -38,7 +38,7 @@ export const session = {
 function headers(extra, project = session.project) {
   const out = { Accept: "application/json", ...extra };
   if (project) out["X-Project"] = project;
-  if (session.key) out.Authorization = `Bearer ${session.key}`;
+  if (session.key && !out.Authorization) out.Authorization = `Bearer ${session.key}`;
   return out;
 }
 
