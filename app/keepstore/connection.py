@@ -18,11 +18,14 @@ from app.auth.scope import WRITE, Scope
 from app.db import Database, role_sees_every_tenant
 from app.keepstore.bridge import Bridge
 from app.notes.ids import InvalidId, validate_project_slug
+from app.settings import Settings
 from app.tenants import service as tenants
 
 T = TypeVar("T")
 DOC_COLLECTION = "default"  # keep's document collection (always this name)
 RECHECK_SECONDS = 60.0
+# the service's default project limit (this process has no service settings)
+MAX_PROJECTS: int | None = Settings.model_fields["max_projects_per_tenant"].default
 
 # backend_params key -> the environment variable read when it is absent
 PARAMS = {
@@ -124,7 +127,7 @@ class Connection:
                 presented=self.params.api_key,
                 server_secret=self.params.secret_key,
                 slug=self.project_of(collection),
-                max_projects=None,
+                max_projects=MAX_PROJECTS,
             )
         self._scopes[collection] = (scope, now)
         return scope
