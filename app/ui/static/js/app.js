@@ -129,7 +129,8 @@ async function start() {
     me = await api("GET", "/v1/whoami");
     if (!session.project) session.useProject(me.project);
   } catch (err) {
-    session.signOut();
+    // a refused key is forgotten; a server that is down is not the key's fault
+    if (err.status === 401 || err.status === 403) session.signOut();
     return signInPage(err.message);
   }
   const indicator = h("span", { id: "live-state", class: "live-state", role: "status" }, "connecting");
