@@ -36,7 +36,6 @@ from app.logs import log_failure
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
 from app.tenants import service as tenants_service
-from app.tenants.service import DEFAULT_PROJECT
 from app.usage import service as usage
 
 log = logging.getLogger("keepmem.api")
@@ -173,23 +172,22 @@ async def current_scope(
     if tenant.key_id is not None and caches.needs_touch(tenant.key_id):
         await auth_service.record_use(session, tenant)
     await _daily_quotas(request, session, tenant, caches)
-    slug = await _project_slug(session, tenant, credential.project_slug, x_project)
+    slug = await tenants_service.project_slug_for(
+        session, tenant, credential.project_slug, x_project
+    )
     project_id = caches.projects.get((tenant.tenant_id, slug))
     if project_id is None:
         project, created = await tenants_service.resolve_project_created(
             session,
             tenant,
             slug=slug,
-            may_create=(WRITE in tenant.permissions or ADMIN in tenant.permissions)
-            and tenant.project_lock is None
-            and not tenant.tag_terms,
+            may_create=tenants_service.may_create_projects(tenant),
             max_projects=settings.max_projects_per_tenant,
         )
         project_id = project.id
         if not created:  # a project made in this request exists only if it commits
             caches.projects.put((tenant.tenant_id, slug), project_id)
-    if tenant.project_lock is not None and project_id != tenant.project_lock:
-        raise Forbidden(f"this credential is restricted to another project than '{slug}'")
+    tenants_service.check_lock(tenant, project_id, slug)
     scope = mint(tenant, project_id=project_id, project_slug=slug)
     request.state.scope = scope  # for the request's audit entry
     return scope
@@ -207,25 +205,6 @@ async def _daily_quotas(
     await ratelimit.count_day(request.app.state.redis, tenant_id=tenant.tenant_id, limit=requests)
     if jobs is not None and audit.is_write(request):
         await usage.check_jobs(session, tenant, jobs)
-
-
-async def _project_slug(
-    session: AsyncSession, tenant: TenantScope, forced: str | None, header: str | None
-) -> str:
-    """The project a request works in: the X-Project header, else the one
-    the credential is locked to, else the default. Present but empty is a
-    client bug, not a request for the default (keep sends the header only
-    when configured)."""
-    if header is not None:
-        slug = header.strip()
-        if forced is not None and slug != forced:
-            raise Forbidden(f"this credential is restricted to project '{forced}'")
-        return slug
-    if forced is not None:
-        return forced
-    if tenant.project_lock is not None:
-        return await tenants_service.slug_of(session, tenant, tenant.project_lock)
-    return DEFAULT_PROJECT
 
 
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:

@@ -196,18 +196,29 @@ class KeepmemDocumentStore(Bookkeeping):
         return self._c.run(collection, work)
 
     def list_versions(self, collection: str, id: str, limit: int = 10) -> list[Any]:
-        newest_first = list(reversed(self._versions(collection, id)))
-        return [_version(v) for v in newest_first[:limit]]
+        async def work(s: AsyncSession, scope: Scope) -> list[Any]:
+            rows = await repo.list_versions(s, scope, id, limit=self._limit(limit))
+            return [_version(v) for v in rows]
+
+        return self._c.run(collection, work)
 
     def list_versions_many(self, collection: str, ids: list[str]) -> dict[str, list[Any]]:
-        return {i: self.list_versions(collection, i, limit=MAX_LIST) for i in ids}
+        async def work(s: AsyncSession, scope: Scope) -> dict[str, list[Any]]:
+            found = await repo.versions_of_many(s, scope, list(dict.fromkeys(ids)))
+            return {i: [_version(v) for v in reversed(rows)] for i, rows in found.items()}
+
+        return self._c.run(collection, work) if ids else {}
 
     def get_version(self, collection: str, id: str, offset: int = 0) -> Any | None:
         """offset 1 = the previous version (0 is the current one: not a version)."""
-        newest_first = list(reversed(self._versions(collection, id)))
-        if offset < 1 or offset > len(newest_first):
+        if offset < 1:
             return None
-        return _version(newest_first[offset - 1])
+
+        async def work(s: AsyncSession, scope: Scope) -> Any | None:
+            row = await repo.version_at(s, scope, id, newest_offset=offset)
+            return None if row is None else _version(row)
+
+        return self._c.run(collection, work)
 
     def get_version_by_number(self, collection: str, id: str, version: int) -> Any | None:
         found = [v for v in self._versions(collection, id) if v.version == version]
@@ -245,11 +256,10 @@ class KeepmemDocumentStore(Bookkeeping):
         return out
 
     def version_count(self, collection: str, id: str) -> int:
-        return len(self._versions(collection, id))
+        return self._c.run(collection, lambda s, sc: repo.count_versions(s, sc, id))
 
     def max_version(self, collection: str, id: str) -> int:
-        rows = self._versions(collection, id)
-        return rows[-1].version if rows else 0
+        return self._c.run(collection, lambda s, sc: repo.max_version(s, sc, id))
 
     def count_versions_from(self, collection: str, id: str, from_version: int) -> int:
         return sum(1 for v in self._versions(collection, id) if v.version >= from_version)
@@ -263,7 +273,11 @@ class KeepmemDocumentStore(Bookkeeping):
         return self._c.run(collection, work)
 
     def list_parts_many(self, collection: str, ids: list[str]) -> dict[str, list[Any]]:
-        return {i: self.list_parts(collection, i) for i in ids}
+        async def work(s: AsyncSession, scope: Scope) -> dict[str, list[Any]]:
+            found = await repo.parts_of_many(s, scope, list(dict.fromkeys(ids)))
+            return {i: [_part(p) for p in rows] for i, rows in found.items()}
+
+        return self._c.run(collection, work) if ids else {}
 
     def get_part(self, collection: str, id: str, part_num: int) -> Any | None:
         found = [p for p in self.list_parts(collection, id) if p.part_num == part_num]

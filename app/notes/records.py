@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.scope import Scope
 from app.embeddings import repository as vectors
-from app.errors import NoteNotFound, OutsideScope
+from app.errors import NoteNotFound
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
 from app.models import Note, NoteVersion
@@ -32,7 +32,7 @@ from app.notes import tags as tagrules
 from app.notes.common import sha256_hex, tag_words, valid_id
 from app.notes.ids import is_system_id
 from app.notes.views import split_system
-from app.notes.writing import enqueue_processing
+from app.notes.writing import archive_version, enqueue_processing, taken_outside_scope
 from app.settings import Limits
 from app.timeutil import utcnow
 
@@ -102,20 +102,9 @@ async def upsert(
         return inserted, False
     existing = await repo.get(session, scope, note_id, lock=True)
     if existing is None:  # the insert conflicted, so it exists: outside the tag scope
-        raise OutsideScope(
-            f"note id {note_id!r} is taken by a note outside this credential's tag scope"
-        )
+        raise taken_outside_scope(note_id)
     if archive:
-        version = await repo.archive_current(session, scope, note_id)
-        await vectors.archive_note_vectors(session, scope, note_id, version)
-        await feed.record(
-            session,
-            scope,
-            mutation="version_insert",
-            entity_id=note_id,
-            kind=None,
-            payload={"version": version},
-        )
+        await archive_version(session, scope, note_id)
     changed = content_hash is not None and existing.content_hash != content_hash
     note = await repo.update_note(
         session,
@@ -212,10 +201,10 @@ async def touch(session: AsyncSession, scope: Scope, note_ids: Sequence[str]) ->
 async def remove(session: AsyncSession, scope: Scope, note_id: str) -> bool:
     """Delete a note with its history. (keep's store can keep the history of
     a deleted note; keepmem's versions belong to their note, so they go too.)"""
-    note = await repo.get(session, scope, note_id, lock=True)
-    if note is None:
+    try:
+        await history.delete(session, scope, raw_id=note_id, delete_versions=True)
+    except NoteNotFound:
         return False
-    await history.delete(session, scope, raw_id=note_id, delete_versions=True)
     return True
 
 

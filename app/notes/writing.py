@@ -293,9 +293,7 @@ async def _update(
 
     existing = await repo.get(session, scope, note_id, lock=True)
     if existing is None:  # the insert conflicted, so it exists: outside the tag scope
-        raise OutsideScope(
-            f"note id {note_id!r} is taken by a note outside this credential's tag scope"
-        )
+        raise taken_outside_scope(note_id)
     user_tags = merged_tags(existing)
     all_tags = {**user_tags, **stored_system}
     tag_text = tag_words(note_id, user_tags)
@@ -305,16 +303,7 @@ async def _update(
     if created_override is not None:
         values["created_at"] = created_override
     if content_changed and PENDING_TAG not in existing.tags:
-        version = await repo.archive_current(session, scope, note_id)
-        await vectors.archive_note_vectors(session, scope, note_id, version)
-        await feed.record(
-            session,
-            scope,
-            mutation="version_insert",
-            entity_id=note_id,
-            kind=None,
-            payload={"version": version},
-        )
+        await archive_version(session, scope, note_id)
     if content_changed:
         await vectors.delete_for_note(session, scope, note_id, kind="part")
         if await repo.delete_parts(session, scope, note_id):
@@ -404,6 +393,29 @@ async def _put_by_uri(
     )
     view.pending = sorted({*view.pending, JobKind.FETCH.value})
     return view
+
+
+def taken_outside_scope(note_id: str) -> OutsideScope:
+    """A put's insert conflicted but the note cannot be read: it exists
+    outside the credential's tag scope."""
+    return OutsideScope(
+        f"note id {note_id!r} is taken by a note outside this credential's tag scope"
+    )
+
+
+async def archive_version(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    """The note's current state (and its vectors) become its newest version."""
+    version = await repo.archive_current(session, scope, note_id)
+    await vectors.archive_note_vectors(session, scope, note_id, version)
+    await feed.record(
+        session,
+        scope,
+        mutation="version_insert",
+        entity_id=note_id,
+        kind=None,
+        payload={"version": version},
+    )
+    return version
 
 
 async def after_insert(

@@ -147,7 +147,9 @@ def rank(
                 adjacent.setdefault(other, set()).add(note_id)
     episode = _episode_best(found, base)
     newest = max((c.updated_at for c in found.values()), default=None)
-    best_text = max((c.text for c in found.values() if c.text), default=0.0)
+    best_text = 0.0  # only an explanation needs it (relevance normalised already)
+    if explain is not None:
+        best_text = max((c.text for c in found.values() if c.text), default=0.0)
     out: dict[Key, float] = {}
     for key, relevant in base.items():
         c = found[key]

@@ -180,6 +180,40 @@ async def set_quotas(
 QUOTAS = ("notes", "bytes", "requests_per_day", "jobs_per_day")
 
 
+async def project_slug_for(
+    session: AsyncSession, tenant: TenantScope, forced: str | None, asked: str | None
+) -> str:
+    """The project a credential works in: the one asked for (the X-Project
+    header), else the one its token names (``forced``), else the one it is
+    locked to, else the default. Asking for another than ``forced`` is 403;
+    asked but empty is a client bug, not a request for the default."""
+    if asked is not None:
+        slug = asked.strip()
+        if forced is not None and slug != forced:
+            raise Forbidden(f"this credential is restricted to project '{forced}'")
+        return slug
+    if forced is not None:
+        return forced
+    if tenant.project_lock is not None:
+        return await slug_of(session, tenant, tenant.project_lock)
+    return DEFAULT_PROJECT
+
+
+def may_create_projects(tenant: TenantScope) -> bool:
+    """Projects are made on first use by a credential that may write and is
+    bound to no project and no tag scope."""
+    return (
+        bool({WRITE, ADMIN} & tenant.permissions)
+        and tenant.project_lock is None
+        and not tenant.tag_terms
+    )
+
+
+def check_lock(tenant: TenantScope, project_id: uuid.UUID, slug: str) -> None:
+    if tenant.project_lock is not None and project_id != tenant.project_lock:
+        raise Forbidden(f"this credential is restricted to another project than '{slug}'")
+
+
 async def scope_for_key(
     session: AsyncSession,
     *,
@@ -189,28 +223,21 @@ async def scope_for_key(
     max_projects: int | None,
 ) -> Scope:
     """An API key resolved outside an HTTP request (keep's storage backend):
-    its tenant bound to the transaction, and the project ``slug`` (or the one
-    the key is locked to, or the default), created on first use by a key that
-    may write — exactly the scope the same key gets from the REST API."""
+    its tenant bound to the transaction, and its project chosen and made as
+    for a request (``slug`` as the X-Project header) — exactly the scope the
+    same key gets from the REST API."""
     credential = await auth_service.resolve_credential(
         session, presented=presented, server_secret=server_secret, keyring=None
     )
     tenant = credential.tenant
     await tenancy.bind(session, tenant)
-    if slug is None:
-        slug = credential.project_slug
-    if slug is None and tenant.project_lock is not None:
-        slug = await slug_of(session, tenant, tenant.project_lock)
-    slug = slug or DEFAULT_PROJECT
+    slug = await project_slug_for(session, tenant, credential.project_slug, slug)
     project, _ = await resolve_project_created(
         session,
         tenant,
         slug=slug,
-        may_create=bool({WRITE, ADMIN} & tenant.permissions)
-        and tenant.project_lock is None
-        and not tenant.tag_terms,
+        may_create=may_create_projects(tenant),
         max_projects=max_projects,
     )
-    if tenant.project_lock is not None and project.id != tenant.project_lock:
-        raise Forbidden(f"this credential is restricted to another project than '{slug}'")
+    check_lock(tenant, project.id, slug)
     return mint(tenant, project_id=project.id, project_slug=slug)
