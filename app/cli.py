@@ -104,7 +104,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from app.embedded import DataDirLock, EmbeddedError, EmbeddedRedis, load_secrets
+    from app.embedded import (
+        DataDirLock,
+        EmbeddedError,
+        EmbeddedRedis,
+        check_installed,
+        load_secrets,
+    )
 
     # SIGTERM (docker stop, systemd, kill) stops the stack like Ctrl-C does:
     # uvicorn re-raises the signal after its own shutdown, and the default
@@ -113,9 +119,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     base = Settings()
     data_dir = Path(args.data_dir or base.data_dir).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    lock = DataDirLock(data_dir)
+    urls = {"PostgreSQL": base.database_url, "Redis": base.redis_url}
     try:
+        check_installed(*(server for server, url in urls.items() if not url))
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock(data_dir)
         lock.acquire()
     except EmbeddedError as exc:
         _eprint(f"keepmem: {exc}")
@@ -294,9 +302,13 @@ def _admin_settings(args: argparse.Namespace) -> tuple[Settings, _Embedded | Non
         if settings.secret_key is None:
             raise SystemExit("keepmem: KEEPMEM_SECRET_KEY must be set with KEEPMEM_DATABASE_URL")
         return settings, None
-    from app.embedded import load_secrets
+    from app.embedded import EmbeddedError, check_installed, load_secrets
 
     data_dir = Path(args.data_dir or settings.data_dir).expanduser().resolve()
+    try:
+        check_installed("PostgreSQL")
+    except EmbeddedError as exc:
+        raise SystemExit(f"keepmem: {exc}") from exc
     if not (data_dir / "pg").exists():
         raise SystemExit(f"keepmem: no embedded stack in {data_dir}; run `keepmem up` first")
     secrets_ = load_secrets(data_dir, create=False)

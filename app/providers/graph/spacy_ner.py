@@ -46,7 +46,8 @@ def _model() -> Any:
 
                 _nlp = spacy.load(MODEL)
             except (ImportError, OSError) as exc:
-                raise MissingDependency("spacy", f"spacy and {MODEL.replace('_', '-')}") from exc
+                package = MODEL.replace("_", "-")
+                raise MissingDependency("spacy", package, model_wheel=True) from exc
         return _nlp
 
 

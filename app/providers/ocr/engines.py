@@ -35,7 +35,7 @@ class RapidOCREngine:
         try:
             from rapidocr_onnxruntime import RapidOCR
         except ImportError as exc:
-            raise MissingDependency("rapidocr", "rapidocr-onnxruntime") from exc
+            raise MissingDependency("rapidocr", "rapidocr-onnxruntime", model_wheel=True) from exc
         self._engine = RapidOCR()
         self._lock = threading.Lock()  # one recognition at a time per engine
 

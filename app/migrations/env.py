@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
-from alembic import context
 from app.models import Base
 from app.settings import get_settings
 

@@ -20,7 +20,6 @@ Create Date: 2026-11-23
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision: str = "0011"
