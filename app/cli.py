@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import logs, process
+from app import __version__, logs, process
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -420,6 +420,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="keepmem", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"keepmem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run the embedded stack: Postgres, Redis, API and worker")

@@ -1,12 +1,13 @@
 """The client distribution on its own: installed into a fresh virtualenv
-(httpx and pydantic only, no server), running its README's examples against
-a live keepmem."""
+(httpx and pydantic only, at the versions uv.lock pins for it; no server),
+running its README's examples against a live keepmem."""
 
 from __future__ import annotations
 
 import re
 import signal
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -21,15 +22,24 @@ def test_client_installs_alone_and_its_readme_runs(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    pins = tmp_path / "client.txt"
+    uv = Path(sys.executable).parent / "uv"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(CLIENT)], check=True, timeout=600
-    )
+        [str(uv), "export", "--quiet", "--frozen", "--package", "keepmem-client",
+         "--no-emit-workspace", "-o", str(pins)],
+        cwd=ROOT, check=True, timeout=120,
+    )  # fmt: skip
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--require-hashes", "-r", str(pins)], check=True, timeout=600)
+    subprocess.run([*pip, str(CLIENT)], check=True, timeout=600)
     installed = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"],
         capture_output=True, text=True, check=True,
     ).stdout.lower()  # fmt: skip
     for server_only in ("fastapi", "sqlalchemy", "asyncpg", "keepmem==", "uvicorn"):
         assert server_only not in installed, server_only
+    for pin in re.findall(r"^([\w.-]+==[^\s;\\]+)", pins.read_text(), re.M):
+        assert pin.lower().replace("_", "-") in installed.replace("_", "-"), pin
     readme = (CLIENT / "README.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(examples) == 2

