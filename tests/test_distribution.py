@@ -177,6 +177,12 @@ def test_the_image_is_two_stages_slim_and_unprivileged() -> None:
         assert absent not in joined, absent
     users = [line.split()[1] for line in runtime if line.startswith("USER")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
+    # the Kubernetes pods run as that same user
+    for manifest in (ROOT / "deploy" / "kubernetes").glob("*.yaml"):
+        for doc in yaml.safe_load_all(manifest.read_text()):
+            if doc and doc["kind"] in ("Deployment", "Job"):
+                pod = doc["spec"]["template"]["spec"]
+                assert str(pod["securityContext"]["runAsUser"]) == users[-1].split(":")[0]
     assert any(line.startswith("HEALTHCHECK") and "/v1/ready" in line for line in runtime)
     assert runtime[-1].startswith("CMD") and any(line.startswith("ENTRYPOINT") for line in runtime)
     # the containers that serve no HTTP do not inherit the API's health check
