@@ -269,6 +269,10 @@ def _serve(
 
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = Settings()
+    if missing := settings.unset("database_url", "secret_key"):
+        # (Redis may be absent: background work then waits in the outbox.)
+        _eprint(f"keepmem serve: set {' and '.join(missing)} (or run `keepmem up`)")
+        return 2
     return _serve(settings, args.host or settings.host, args.port or settings.port)
 
 

