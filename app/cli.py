@@ -120,8 +120,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     base = Settings()
     data_dir = Path(args.data_dir or base.data_dir).expanduser().resolve()
     urls = {"PostgreSQL": base.database_url, "Redis": base.redis_url}
+    from app.providers.factory import missing_model_wheels, model_wheels_hint
+
+    # Everything this install lacks, said at once, before anything starts.
+    problems = [model_wheels_hint(models)] if (models := missing_model_wheels(base)) else []
     try:
         check_installed(*(server for server, url in urls.items() if not url))
+    except EmbeddedError as exc:
+        problems.append(str(exc))
+    try:
+        if problems:
+            raise EmbeddedError("\nkeepmem: ".join(problems))
         data_dir.mkdir(parents=True, exist_ok=True)
         lock = DataDirLock(data_dir)
         lock.acquire()

