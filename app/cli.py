@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import __version__, logs, process
+from app import __version__, logs, process, tenancy
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -72,7 +72,7 @@ async def _create_tenant(settings: Settings, name: str) -> tuple[str, str]:
     assert settings.secret_key is not None
     db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
     try:
-        async with db.system_transaction() as session:
+        async with tenancy.system_transaction(db) as session:
             new = await service.create_tenant(
                 session,
                 name=name,
@@ -90,7 +90,7 @@ async def _tenant_count(settings: Settings) -> int:
 
     db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
     try:
-        async with db.system_transaction() as session:
+        async with tenancy.system_transaction(db) as session:
             return len(await service.list_tenants(session))
     finally:
         await db.dispose()
@@ -349,7 +349,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
         async def run() -> Any:
             db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
             try:
-                async with db.system_transaction() as session:
+                async with tenancy.system_transaction(db) as session:
                     if args.admin_command == "list-tenants":
                         rows = await tenants.list_tenants(session)
                         return [

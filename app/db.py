@@ -93,21 +93,6 @@ class Database:
         async with self.sessions() as session, session.begin():
             yield session
 
-    @asynccontextmanager
-    async def tenant_transaction(self, tenant_id: uuid.UUID) -> AsyncIterator[AsyncSession]:
-        """A transaction bound to a tenant id (tests, tools; see app.tenancy)."""
-        from app import tenancy
-
-        async with tenancy.tenant_id_transaction(self, tenant_id) as session:
-            yield session
-
-    @asynccontextmanager
-    async def system_transaction(self) -> AsyncIterator[AsyncSession]:
-        from app import tenancy
-
-        async with tenancy.system_transaction(self) as session:
-            yield session
-
 
 # SQLSTATEs of a server that is gone or going: connection exceptions (class
 # 08), admin/crash shutdown and "cannot connect now" (starting up, recovering).

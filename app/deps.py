@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import ratelimit, tenancy
 from app.audit import http as audit
 from app.auth import service as auth_service
-from app.auth.scope import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.caches import RequestCaches
 from app.context import Journal, journal_var, tenant_var
 from app.db import Database, refusal
@@ -35,6 +34,7 @@ from app.errors import (
 from app.logs import log_failure
 from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
+from app.tenancy import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.tenants import service as tenants_service
 from app.usage import service as usage
 

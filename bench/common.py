@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from app import migrate
+from app import migrate, tenancy
 from app.db import Database
 from app.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from app.tenants import service as tenants
@@ -141,7 +141,7 @@ class Stack:
         async def make() -> tuple[str, str]:
             db = Database(self.pg.url("keepmem_app"))
             try:
-                async with db.system_transaction() as s:
+                async with tenancy.system_transaction(db) as s:
                     new = await tenants.create_tenant(s, name=name, server_secret=SECRET)
                     return str(new.tenant.id), new.key.secret
             finally:

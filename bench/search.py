@@ -34,11 +34,12 @@ import httpx
 import numpy as np
 from sqlalchemy import text
 
-from app.auth.scope import scope_for_job
+from app import tenancy
 from app.db import Database
 from app.providers.embedding.minilm import MiniLMEncoder
 from app.search import repository as search_base
 from app.search.fulltext import repository as search_repo
+from app.tenancy import scope_for_job
 from bench.common import machine, pct, running_stack
 
 CACHE = Path(os.environ.get("KEEPMEM_BENCH_CACHE", Path.home() / ".cache" / "keepmem-bench"))
@@ -243,7 +244,7 @@ async def recall(
     filters = search_base.Filters(tag_terms=[tag] if tag else ())
     big = False
     for q, exact in zip(queries, exact_sets, strict=True):
-        async with app.tenant_transaction(tenant) as s:
+        async with tenancy.tenant_id_transaction(app, tenant) as s:
             scope = await _scope(s, tenant)
             opening = await search_base.open_find(s, scope, model=MODEL, candidates=CANDIDATES)
             big = opening.big
@@ -275,7 +276,7 @@ async def text_exactness(
     filters = search_base.Filters(tag_terms=[tag] if tag else ())
     for i, q in enumerate(questions):
         tenant = tenants[i % len(tenants)]
-        async with app.tenant_transaction(tenant) as s:
+        async with tenancy.tenant_id_transaction(app, tenant) as s:
             scope = await _scope(s, tenant)
             terms = await search_repo.read_question(s, scope, q)
             if terms is None:
@@ -475,7 +476,7 @@ def main() -> None:
                 rows = (await c.execute(text("SELECT count(*) FROM embeddings"))).scalar_one()
                 await c.execute(text("ANALYZE"))
             # The big project's common words, as the worker would count them.
-            async with app.tenant_transaction(big) as session:
+            async with tenancy.tenant_id_transaction(app, big) as session:
                 t = time.perf_counter()
                 common = await search_repo.refresh_term_stats(
                     session, scope_for_job(big, projects[big]), min_notes=2000
@@ -483,7 +484,7 @@ def main() -> None:
                 stats_s = time.perf_counter() - t
             # Every project's word counts, as the worker would make them.
             for tenant in small:
-                async with app.tenant_transaction(tenant) as session:
+                async with tenancy.tenant_id_transaction(app, tenant) as session:
                     await search_repo.refresh_term_stats(
                         session, scope_for_job(tenant, projects[tenant]), min_notes=2000
                     )

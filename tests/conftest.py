@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-from app import migrate
+from app import migrate, tenancy
 from app.db import Database
 from app.embedded import EmbeddedPostgres, EmbeddedRedis
 from app.main import create_app
@@ -159,7 +159,7 @@ MakeTenant = Callable[[], Awaitable[Tenant]]
 def make_tenant(db: Database) -> MakeTenant:
     async def make() -> Tenant:
         name = f"t-{uuid.uuid4().hex[:12]}"
-        async with db.system_transaction() as session:
+        async with tenancy.system_transaction(db) as session:
             new = await tenants.create_tenant(session, name=name, server_secret=SECRET)
             return Tenant(id=new.tenant.id, name=name, key=new.key.secret)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.audit import service as audit_service
 
 CONTENT = "the launch code is 0000-SECRET"
@@ -92,10 +93,10 @@ async def test_only_unrestricted_admins_read_it_and_nobody_edits_it(
         r = await client.request(method, "/v1/audit", headers=tenant.headers)
         assert r.status_code == 405
     # and the application's database role can only append
-    async with db.tenant_transaction(tenant.id) as session:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as session:
         with pytest.raises(Exception, match="permission denied"):
             await session.execute(text("UPDATE audit_log SET action = 'x'"))
-    async with db.tenant_transaction(tenant.id) as session:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as session:
         with pytest.raises(Exception, match="permission denied"):
             await session.execute(text("DELETE FROM audit_log"))
 

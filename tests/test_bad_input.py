@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from app import tenancy
+
 NUL = "a\x00b"
 SURROGATE = "x\ud800y"
 BIG = "9223372036854775808"  # 2**63: one past int64
@@ -109,7 +111,7 @@ CASES: dict[str, Case] = {
 async def _stored_rows(db, tenant) -> int:
     from sqlalchemy import text
 
-    async with db.tenant_transaction(tenant.id) as session:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as session:
         notes = await session.scalar(
             text("SELECT count(*) FROM notes WHERE tenant_id = :t AND id NOT LIKE '.%'"),
             {"t": tenant.id},

@@ -8,6 +8,7 @@ import io
 import json
 import zipfile
 
+from app import tenancy
 from tests import docs
 from tests.docserver import serving
 from tests.test_pipeline import jobs_of, put, run_all
@@ -110,7 +111,7 @@ async def test_images_and_scans_get_ocr_later(client, tenant, make_pipeline, db)
     assert await found(client, tenant, "lease rent") == ["lease.pdf"]
     versions = await client.get("/v1/notes/lease.pdf/versions", headers=tenant.headers)
     assert versions.json()["versions"] == []  # the placeholder left no version
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         from sqlalchemy import text
 
         assert (await s.execute(text("SELECT count(*) FROM blobs"))).scalar_one() == 0
@@ -237,7 +238,7 @@ async def test_giving_up_on_a_document_is_in_the_change_feed(
     from sqlalchemy import text
 
     async def changes() -> list[tuple[str, str]]:
-        async with db.tenant_transaction(tenant.id) as s:
+        async with tenancy.tenant_id_transaction(db, tenant.id) as s:
             rows = await s.execute(
                 text("SELECT mutation, entity_id FROM changes WHERE tenant_id = :t ORDER BY id"),
                 {"t": tenant.id},

@@ -8,16 +8,17 @@ import uuid
 
 from sqlalchemy import text
 
-from app.auth.scope import scope_for_job
+from app import tenancy
 from app.db import Database
 from app.search import repository as search
+from app.tenancy import scope_for_job
 from tests.conftest import FreshDatabase
 
 MODEL = "test:random"
 
 
 async def _seed(db: Database, tenant: uuid.UUID, n: int) -> None:
-    async with db.system_transaction() as s:
+    async with tenancy.system_transaction(db) as s:
         await s.execute(
             text("INSERT INTO tenants (id, name) VALUES (:t, :n)"), {"t": tenant, "n": str(tenant)}
         )
@@ -58,7 +59,7 @@ async def test_small_tenant_gets_its_full_exact_top_10_through_the_index(
             await s.execute(text("ANALYZE embeddings"))
         scope = scope_for_job(small, small)
         query = [((i * 37) % 11 - 5) / 5 for i in range(384)]
-        async with db.tenant_transaction(small) as s:
+        async with tenancy.tenant_id_transaction(db, small) as s:
             exact = (
                 (
                     await s.execute(
@@ -81,7 +82,7 @@ async def test_small_tenant_gets_its_full_exact_top_10_through_the_index(
                     )
                 )
             ).scalar_one()
-        async with db.tenant_transaction(small) as s:
+        async with tenancy.tenant_id_transaction(db, small) as s:
             # find's own planner settings (iterative scan, ef_search) ...
             await search.open_find(s, scope, model=MODEL, candidates=10)
             # ... and the planner made to take the HNSW index, the path that starves results.

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from app.auth.scope import scope_for_job
+from app import tenancy
 from app.search import repository as repo
 from app.search.fulltext import repository as fulltext
+from app.tenancy import scope_for_job
 from tests.test_pipeline import put, run_all
 from tests.test_search import find, ids
 
@@ -18,7 +19,7 @@ WORDS = "amber basalt cobalt dune ember fjord glacier harbor island jungle".spli
 
 
 async def _scope(db, tenant):
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         project = (
             await s.execute(text("SELECT id FROM projects WHERE tenant_id = :t"), {"t": tenant.id})
         ).scalar_one()
@@ -27,7 +28,7 @@ async def _scope(db, tenant):
 
 async def _stage(db, tenant, query, *, exact=False):
     scope = await _scope(db, tenant)
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         terms = await fulltext.read_question(s, scope, query)
         assert terms is not None
         stage = await fulltext.full_text(
@@ -109,7 +110,7 @@ async def test_same_ids_in_two_tenants_stay_apart_on_every_path(
 async def test_the_opening_statement_sets_the_plan_for_the_find(client, tenant, db) -> None:
     await put(client, tenant, id="a", content="one note")
     scope = await _scope(db, tenant)
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         opening = await repo.open_find(s, scope, model="m", candidates=500)
         settings = dict(
             (
@@ -129,7 +130,7 @@ async def test_the_opening_statement_sets_the_plan_for_the_find(client, tenant, 
         "enable_incremental_sort": "off",
     }
     assert ef == "500"
-    async with db.tenant_transaction(tenant.id) as s:  # transaction-local
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:  # transaction-local
         assert (await s.execute(text("SHOW enable_sort"))).scalar_one() == "on"
 
 
@@ -138,11 +139,11 @@ async def test_a_tenant_cannot_learn_another_tenants_word_counts(
 ) -> None:
     for i in range(30):
         await put(client, tenant, id=f"w{i}", content=f"walrus number {i}")
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await fulltext.refresh_term_stats(s, await _scope(db, tenant), min_notes=10)
     await put(client, other_tenant, id="x", content="a walrus")
     scope = await _scope(db, other_tenant)
-    async with db.tenant_transaction(other_tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, other_tenant.id) as s:
         terms = await fulltext.read_question(s, scope, "walrus")
         own = (await s.execute(text("SELECT count(*) FROM notes"))).scalar_one()
     # Its own counts (its note and its system notes), none of the first tenant's.

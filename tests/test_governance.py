@@ -9,6 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.db import Database
 from app.pipeline import dispatcher
 from tests.conftest import ADMIN_TOKEN
@@ -102,7 +103,9 @@ async def test_expiry_and_retention_are_swept(client, tenant, make_pipeline, db)
     assert r.status_code == 400
     r = await client.put("/v1/retention", headers=tenant.headers, json={"days": 30})
     assert r.status_code == 200 and r.json() == {"days": 30}
-    async with db.tenant_transaction(tenant.id) as session:  # "old" was last touched long ago
+    async with tenancy.tenant_id_transaction(
+        db, tenant.id
+    ) as session:  # "old" was last touched long ago
         await session.execute(
             text("UPDATE notes SET updated_at = now() - interval '40 days' WHERE id = 'old'")
         )

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.ingest.fetch import FetchPolicy, FetchRefused, check, is_public
 from app.ingest.sanitize import clean, clean_uri
 from app.logs import log_failure
@@ -166,7 +167,7 @@ async def test_read_only_key_cannot_create_projects(client, tenant, db) -> None:
     for i in range(5):
         r = await client.get("/v1/notes", headers={**ro, "X-Project": f"probe-{i}"})
         assert r.status_code == 404 and r.json()["code"] == "project_not_found", r.text
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         projects = await s.scalar(
             text("SELECT count(*) FROM projects WHERE tenant_id = :t"), {"t": tenant.id}
         )

@@ -9,6 +9,7 @@ from urllib.parse import quote
 import httpx
 from sqlalchemy import text
 
+from app import tenancy
 from app.db import Database
 from app.jobs import repository as jobs_repo
 from app.pipeline import dispatcher, runner
@@ -38,7 +39,7 @@ async def jobs_of(client, t: Tenant, **params: object) -> list[dict]:
 
 async def seq(db: Database, t: Tenant, public_id: str) -> int:
     """The row id a worker is handed for the job the API shows as ``public_id``."""
-    async with db.tenant_transaction(t.id) as s:
+    async with tenancy.tenant_id_transaction(db, t.id) as s:
         found = await s.scalar(
             text("SELECT id FROM jobs WHERE tenant_id = :t AND public_id = :p"),
             {"t": t.id, "p": public_id},
@@ -76,7 +77,7 @@ async def test_long_note_is_summarised_embedded_and_content_let_go(
     assert not got["summary"].endswith("...")
     assert got["summary"] in LONG.replace("  ", " ") or got["summary"].split(". ")[0] in LONG
     assert got["tags"]["_summarized_hash"]
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         row = (
             await s.execute(
                 text(
@@ -134,7 +135,7 @@ async def test_newer_put_supersedes_older_work(client, tenant, make_pipeline) ->
     superseded = await jobs_of(client, tenant, status="superseded")
     assert {j["id"] for j in superseded} == set(first.values())
     # a worker already holding the old job applies nothing once the content moved on
-    async with make_pipeline().db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(make_pipeline().db, tenant.id) as s:
         await s.execute(
             text("UPDATE jobs SET status = 'dispatched' WHERE public_id = :i"),
             {"i": first["summarize"]},
@@ -168,7 +169,7 @@ async def test_transient_failure_retries_with_backoff_then_dead_letters(
         assert after["status"] == "pending" and after["attempts"] == 1
         assert "503" in after["last_error"]
         for attempt in range(2, 6):
-            async with pipeline.db.tenant_transaction(tenant.id) as s:
+            async with tenancy.tenant_id_transaction(pipeline.db, tenant.id) as s:
                 wait = (
                     await s.execute(
                         text(
@@ -339,7 +340,7 @@ async def test_fair_dispatch_does_not_starve_a_small_tenant(fresh_database, sett
     db = Database(fresh_database.app_url)
     big, small = uuid.uuid4(), uuid.uuid4()
     try:
-        async with db.system_transaction() as s:
+        async with tenancy.system_transaction(db) as s:
             for tenant_id, n in ((big, 2000), (small, 1)):
                 await s.execute(
                     text("INSERT INTO tenants (id, name) VALUES (:t, :n)"),
@@ -356,14 +357,14 @@ async def test_fair_dispatch_does_not_starve_a_small_tenant(fresh_database, sett
                     ),
                     {"t": tenant_id, "n": n},
                 )
-        async with db.system_transaction() as s:
+        async with tenancy.system_transaction(db) as s:
             taken = await jobs_repo.take_ready_fairly(s, slots=4)
         assert len(taken) == 4
         assert small in {j.tenant_id for j in taken}
         assert taken[0].tenant_id != taken[1].tenant_id  # interleaved
         # A backlog of background work (graph extraction) cannot fill the
         # workers' queue ahead of the next embedding.
-        async with db.system_transaction() as s:
+        async with tenancy.system_transaction(db) as s:
             await s.execute(
                 text(
                     "INSERT INTO jobs (tenant_id, project_id, kind, note_id, priority) "
@@ -371,7 +372,7 @@ async def test_fair_dispatch_does_not_starve_a_small_tenant(fresh_database, sett
                 ),
                 {"t": small},
             )
-        async with db.system_transaction() as s:
+        async with tenancy.system_transaction(db) as s:
             taken = await jobs_repo.take_ready_fairly(s, slots=60, background_slots=3)
         kinds = [j.kind for j in taken if j.tenant_id == small]
         assert kinds.count("extract_graph") == 3 and kinds.count("embed") == 1
@@ -388,7 +389,7 @@ async def test_reconcile_queues_reindex_for_notes_without_current_vectors(
 ) -> None:
     await put(client, tenant, content="A note embedded by an old model.", id="old")
     await run_all(make_pipeline(), client, tenant)
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await s.execute(text("UPDATE embeddings SET model = 'retired:model' WHERE note_id = 'old'"))
     queued = await dispatcher.reconcile(make_pipeline(), limit=100_000)
     assert queued >= 1
@@ -400,7 +401,7 @@ async def test_reconcile_queues_reindex_for_notes_without_current_vectors(
 
 
 async def _vector_rows(db, tenant, note_id: str) -> list[tuple[str, int]]:
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         rows = await s.execute(
             text("SELECT kind, ref FROM embeddings WHERE note_id = :n ORDER BY kind, ref"),
             {"n": note_id},

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.search import ranking
 from app.search.ranking import Candidate
 from tests.test_pipeline import put, run_all
@@ -190,11 +191,11 @@ async def test_find_brings_the_answer_after_the_matching_turn(
 async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> None:
     from datetime import timedelta as td
 
-    from app.auth.scope import scope_for_project
     from app.search import repository as repo
+    from app.tenancy import scope_for_project
 
     await put(client, tenant, id="a", content="one")
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await s.execute(text("SET LOCAL enable_seqscan = off"))
         project = await s.scalar(text("SELECT project_id FROM notes WHERE id = 'a'"))
         scope = scope_for_project(tenant.id, project, "default")

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from app import tenancy
 from app.models import TENANT_TABLES
 from tests.conftest import Tenant
 
@@ -26,7 +27,7 @@ async def _seed(client, t: Tenant, note_id: str) -> None:
 async def test_unfiltered_select_sees_only_own_tenant(client, db, tenant, other_tenant) -> None:
     await _seed(client, tenant, "a-note")
     await _seed(client, other_tenant, "b-note")
-    async with db.tenant_transaction(tenant.id) as session:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as session:
         rows = (await session.execute(text("SELECT DISTINCT tenant_id FROM notes"))).scalars().all()
         assert rows == [tenant.id]
         ids = (
@@ -56,7 +57,7 @@ async def test_no_tenant_set_sees_nothing(db, client, tenant) -> None:
 
 async def test_cannot_write_rows_for_another_tenant(db, client, tenant, other_tenant) -> None:
     await _seed(client, other_tenant, "victim")
-    async with db.tenant_transaction(tenant.id) as session:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as session:
         updated = await session.execute(
             text("UPDATE notes SET summary = 'pwned' WHERE id = 'victim'")
         )
@@ -64,7 +65,7 @@ async def test_cannot_write_rows_for_another_tenant(db, client, tenant, other_te
         deleted = await session.execute(text("DELETE FROM notes WHERE id = 'victim'"))
         assert deleted.rowcount == 0
     with pytest.raises(DBAPIError, match="row-level security"):
-        async with db.tenant_transaction(tenant.id) as session:
+        async with tenancy.tenant_id_transaction(db, tenant.id) as session:
             await session.execute(
                 text("INSERT INTO audit_log (tenant_id, actor, action) VALUES (:t, 'x', 'y')"),
                 {"t": other_tenant.id},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.ingest import sanitize
 from app.models import TENANT_TABLES
 from tests.test_pipeline import put, run_all
@@ -76,7 +77,7 @@ def everything() -> str:
 
 async def _all_rows(db, tenant) -> str:
     dump = []
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         for table in TENANT_TABLES:
             rows = await s.execute(text(f"SELECT t::text FROM {table} t"))
             dump.extend(rows.scalars())
@@ -122,7 +123,7 @@ async def test_secrets_never_reach_the_database(client, tenant, db, make_pipelin
 
 
 async def test_a_project_can_turn_sanitising_off(client, tenant, db) -> None:
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await s.execute(text("UPDATE projects SET settings = settings || '{\"sanitize\": false}'"))
     await put(client, tenant, content="raw " + SECRETS["aws-access-key"], id="raw")
     got = (await client.get("/v1/notes/raw", headers=tenant.headers)).json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.pipeline import dispatcher
 from app.search import ranking
 from tests.test_pipeline import jobs_of, put, run_all, run_job
@@ -114,7 +115,7 @@ async def test_parts_and_versions_are_found_by_their_own_ids(client, tenant, mak
 async def test_recency_decay_and_its_half_life(client, tenant, db) -> None:
     await put(client, tenant, content="Weekly sync with the design team.", id="new")
     await put(client, tenant, content="Weekly sync with the design team!", id="old")
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await s.execute(
             text(
                 "UPDATE notes SET created_at = now() - interval '30 days', "
@@ -128,7 +129,7 @@ async def test_recency_decay_and_its_half_life(client, tenant, db) -> None:
     assert scores["new"] == 1.0
     bonus = ranking.RECENCY_WEIGHT / ranking.SCALE
     assert abs((scores["new"] - scores["old"]) - bonus / 2) < 1e-4
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         await s.execute(text("UPDATE projects SET settings = '{\"decay_half_life_days\": 0}'"))
     body = await find(client, tenant, query="weekly design sync")
     scores = {n["id"]: n["score"] for n in body["notes"]}
@@ -207,7 +208,7 @@ async def test_full_text_and_tags_use_their_indexes_under_row_level_security(
     # the only index a plan can use is the condition's own GIN index, and only
     # if its operator is LEAKPROOF (migration 0003); otherwise RLS forces a
     # row-by-row check first.
-    async with db.system_transaction() as s:
+    async with tenancy.system_transaction(db) as s:
         await s.execute(text("SET LOCAL enable_seqscan = off"))
         plans = {}
         for name, cond in (
@@ -236,7 +237,7 @@ async def test_common_words_of_a_big_project_leave_questions(
     assert await run_job(pipeline, tenant, counts[0]["id"]) == "done"
     await dispatcher.reconcile(pipeline, limit=100_000)  # fresh: nothing new queued
     assert len(await jobs_of(client, tenant, kind="term_stats")) == 1
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         common = dict((await s.execute(text("SELECT lexeme, ndoc FROM term_stats"))).all())
     assert common["meet"] >= 13 and common["week"] >= 12 and "walrus" not in common
     body = await find(client, tenant, query="walrus meeting", limit=20)
@@ -263,7 +264,7 @@ def test_edge_tag_values_name_notes() -> None:
 
 
 async def _edges(db, tenant) -> list[tuple[str, str, str]]:
-    async with db.tenant_transaction(tenant.id) as s:
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         rows = await s.execute(
             text("SELECT source_id, predicate, target_id FROM edges ORDER BY 1, 2, 3")
         )

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app import tenancy
 from app.db import Database
 from app.main import create_app
 from app.settings import Settings
@@ -51,7 +52,7 @@ async def env(fresh_database: FreshDatabase, stack: Stack) -> AsyncIterator[Env]
         queue_name=queue,
     )
     db = Database.from_settings(settings)
-    async with db.system_transaction() as s:
+    async with tenancy.system_transaction(db) as s:
         new = await tenants.create_tenant(s, name="w", server_secret=SECRET)
     workers: list[subprocess.Popen[bytes]] = []
 
@@ -105,7 +106,7 @@ async def wait_for(check: Callable[[], object], timeout: float = 90.0) -> None:
 
 
 async def no_open_jobs(env: Env) -> bool:
-    async with env.db.tenant_transaction(env.tenant_id) as s:
+    async with tenancy.tenant_id_transaction(env.db, env.tenant_id) as s:
         n = (
             await s.execute(
                 text(
@@ -170,7 +171,7 @@ async def test_killed_worker_mid_job_loses_nothing_and_does_nothing_twice(env: E
         assert len(chats) == 2  # the interrupted call and the one that finished
     note = (await env.client.get("/v1/notes/ops", headers=env.headers)).json()
     assert note["summary"] == "Billing moved; latency down a third."
-    async with env.db.tenant_transaction(env.tenant_id) as s:
+    async with tenancy.tenant_id_transaction(env.db, env.tenant_id) as s:
         updates = (
             await s.execute(
                 text(
@@ -203,7 +204,7 @@ async def test_redis_down_while_putting_loses_no_jobs(env: Env, stack: Stack) ->
     finally:
         stack.redis.start()
     await wait_for(lambda: no_open_jobs(env), timeout=120)
-    async with env.db.tenant_transaction(env.tenant_id) as s:
+    async with tenancy.tenant_id_transaction(env.db, env.tenant_id) as s:
         embedded = (
             await s.execute(
                 text(

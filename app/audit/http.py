@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
 from app.audit import repository as repo
-from app.auth.scope import Scope, TenantScope
 from app.context import Journal
 from app.db import Database
 from app.errors import AppError
+from app.tenancy import Scope, TenantScope
 
 # POST routes that only read.
 READS = frozenset({"search", "search_compact", "flow"})

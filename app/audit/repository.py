@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import TenantScope
 from app.context import journal_var, request_id_var
 from app.models import AuditLog
+from app.tenancy import TenantScope
 
 
 async def record(

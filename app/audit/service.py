@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
 from app.audit import repository as repo
-from app.auth.scope import TenantScope
 from app.db import Database
 from app.models import AuditLog
+from app.tenancy import TenantScope
 from app.timeutil import utcnow
 
 

@@ -10,8 +10,8 @@ from datetime import datetime
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import TenantScope
 from app.models import ApiKey
+from app.tenancy import TenantScope
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from app.auth.scope import Scope
 from app.models import ApiKey, Tenant
 from app.notes.tags import terms_as_tags
+from app.tenancy import Scope
 from app.wire import not_text
 
 Permission = Literal["read", "write", "admin"]

@@ -12,12 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
-from app.auth.scope import ALL_SCOPES, Scope, TenantScope, mint_tenant, tenant_for_admin
 from app.errors import BadRequest, Forbidden, KeyNotFound, Unauthorized
 from app.models import ApiKey
 from app.notes import tags as tagrules
 from app.oauth import tokens
 from app.oauth.keyring import Keyring
+from app.tenancy import ALL_SCOPES, Scope, TenantScope, mint_tenant, tenant_for_admin
 from app.timeutil import utcnow
 
 MAX_KEY_NAME = 200

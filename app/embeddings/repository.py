@@ -11,8 +11,8 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope, TenantScope
 from app.models import Embedding, Job, Note
+from app.tenancy import Scope, TenantScope
 
 INDEXED_DIMS = (384,)  # dimensions with an HNSW partial index (migration 0001)
 

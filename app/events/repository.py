@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Change, Webhook
+from app.tenancy import Scope
 
 
 def _mine(scope: Scope) -> list[Any]:

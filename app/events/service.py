@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
@@ -23,6 +22,7 @@ from app.models import Change, Note
 from app.notes import repository as notes
 from app.notes import tags as tagrules
 from app.notes.views import split_system
+from app.tenancy import Scope
 from app.timeutil import keep_ts
 
 KINDS = tuple(k.value for k in EventKind)

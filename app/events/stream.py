@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app import tenancy
-from app.auth.scope import Scope
 from app.db import Database
 from app.events import service as events
 from app.logs import log_failure
+from app.tenancy import Scope
 
 log = logging.getLogger("keepmem.events")
 

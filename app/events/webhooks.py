@@ -28,7 +28,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import sealing
-from app.auth.scope import Scope
 from app.errors import BadRequest, Conflict, NotFound
 from app.events import repository as repo
 from app.events import service as events
@@ -37,6 +36,7 @@ from app.ingest.fetch import FetchPolicy, FetchRefused, check, post
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.models import Job, Webhook
+from app.tenancy import Scope
 
 PURPOSE = "keepmem-webhook-secrets"  # the sealing key's label (app.sealing)
 SIGNATURE_HEADER = "Keepmem-Signature"

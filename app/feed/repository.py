@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.context import journal_var
 from app.feed.kinds import KEEP_MUTATIONS, EventKind
 from app.models import Change
+from app.tenancy import Scope
 
 
 async def record(

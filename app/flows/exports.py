@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
-from app.auth.scope import Scope
 from app.db import Database
 from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
@@ -24,6 +23,7 @@ from app.graph import repository as edges
 from app.models import Note, NoteVersion, Part
 from app.notes import repository as notes
 from app.notes.common import valid_id
+from app.tenancy import Scope
 from app.timeutil import keep_ts, utcnow
 
 FORMAT, VERSION = "keep-export", 3

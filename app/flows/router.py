@@ -8,7 +8,6 @@ from fastapi import Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import NoteNotFound
 from app.flows import context as flow_context
@@ -17,6 +16,7 @@ from app.flows.schemas import FlowRequest, FlowResult, ImportRequest, ImportResu
 from app.flows.states import FlowContext
 from app.notes import importing
 from app.settings import Limits
+from app.tenancy import Scope
 from app.wire import MAX_OFFSET, api_router
 
 router = api_router(prefix="/v1", tags=["keep"])

@@ -16,11 +16,11 @@ import binascii
 import json
 from typing import Any
 
-from app.auth.scope import WRITE
 from app.errors import AppError, MissingScope
 from app.flows import prompts, states
 from app.flows.schemas import FlowRequest, FlowResult
 from app.flows.states import FlowContext, Outcome
+from app.tenancy import WRITE
 
 RESUME_SENTINEL = "__cursor__"
 DEFAULT_BUDGET = 5

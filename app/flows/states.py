@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest, NotEmbeddedYet, NotFound
 from app.graph import service as graph
 from app.notes import service as notes
@@ -24,6 +23,7 @@ from app.notes.views import ItemView
 from app.providers.embedding.base import Embedder, QueryCache
 from app.search import service as search
 from app.settings import Limits
+from app.tenancy import Scope
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from sqlalchemy import ColumnElement, and_, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Edge, GraphEntity, GraphRelation, Mention, Note
+from app.tenancy import Scope
 
 TAG = "tag"
 

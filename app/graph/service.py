@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest, EntityNotFound, NoteNotFound
 from app.graph import repository as repo
 from app.notes import repository as notes
 from app.notes.edges import STUB_SOURCE, edge_target
 from app.notes.ids import InvalidId, normalize_id
 from app.providers.graph.base import Extraction
+from app.tenancy import Scope
 
 __all__ = ["STUB_SOURCE", "edge_target"]  # edge rules live with the notes that own edges
 

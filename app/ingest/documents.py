@@ -19,7 +19,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest, DocumentUnreadable, PayloadTooLarge
 from app.ingest import extract as extractors
 from app.ingest import repository as repo
@@ -34,6 +33,7 @@ from app.providers.errors import ProviderError
 from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
 from app.settings import Limits
+from app.tenancy import Scope
 
 _TAG_KEY = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,127}$")
 

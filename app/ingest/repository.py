@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Blob
+from app.tenancy import Scope
 
 
 async def hold_images(

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.ingest import sanitize
+from app.tenancy import Scope
 from app.tenants import repository as projects
 
 T = TypeVar("T")

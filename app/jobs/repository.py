@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope, TenantScope
 from app.jobs.kinds import JobKind, JobStatus
 from app.models import Job
+from app.tenancy import Scope, TenantScope
 
 #: Statuses counted by the metrics (done and superseded rows are history).
 OPEN_AND_DEAD = ("pending", "dispatched", "running", "dead")

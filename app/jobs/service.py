@@ -8,13 +8,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest, JobNotDead, JobNotFound, PayloadTooLarge, TaskNotFound
 from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as repo
 from app.jobs.kinds import JobKind, JobStatus
 from app.models import Job
+from app.tenancy import Scope
 
 TASK_TYPES = ("summarize", "analyze")
 

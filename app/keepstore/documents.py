@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import NoteNotFound
 from app.keepstore import repository as kept
 from app.keepstore.bookkeeping import Bookkeeping
@@ -25,6 +24,7 @@ from app.notes.ids import glob_regex
 from app.search import repository as search
 from app.search.fulltext import repository as fulltext
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import keep_ts, parse_timestamp
 
 MAX_LIST = 100_000  # "no limit" in keep's calls, bounded

@@ -10,8 +10,8 @@ from sqlalchemy import ColumnElement, and_, cast, func, literal, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Embedding, Note, NoteVersion, Part
+from app.tenancy import Scope
 
 
 def _notes(scope: Scope) -> ColumnElement[bool]:

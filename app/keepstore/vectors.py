@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings import repository as embeddings
 from app.keepstore import repository as kept
 from app.keepstore.connection import DOC_COLLECTION, Connection
 from app.notes import records
 from app.notes import repository as notes
+from app.tenancy import Scope
 
 Key = tuple[str, str, int]
 _SUFFIX = re.compile(r"^(?P<id>.+)@(?P<kind>[vp])(?P<n>\d+)$")

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import AppError, BadRequest
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
@@ -28,6 +27,7 @@ from app.notes import repository as repo
 from app.notes.views import ItemView, note_view
 from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import utcnow
 
 MAX_BATCH = 100

@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.feed import repository as feed
 from app.feed.kinds import WATCH_ONLY, EventKind
@@ -24,6 +23,7 @@ from app.jobs.kinds import CONTENT_KINDS
 from app.models import Note
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG
+from app.tenancy import Scope
 
 
 def sha256(text: str) -> str:

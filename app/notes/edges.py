@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
 from app.graph import repository as edges_repo
 from app.notes import repository as repo
 from app.notes.ids import InvalidId, is_system_id, normalize_id
+from app.tenancy import Scope
 from app.timeutil import utcnow
 
 _WIKI = re.compile(r"^\[\[([^\]|]+)(?:\|[^\]]*)?\]\]$")

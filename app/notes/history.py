@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
@@ -25,6 +24,7 @@ from app.notes.ids import (
 )
 from app.notes.views import ItemView, note_view, split_system, version_view
 from app.notes.writing import create_now
+from app.tenancy import Scope
 from app.timeutil import keep_ts, utcnow
 
 # -- delete / revert ----------------------------------------------------------

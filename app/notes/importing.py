@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import BadRequest, PayloadTooLarge
 from app.feed import repository as feed
 from app.notes import history
@@ -26,6 +25,7 @@ from app.notes.ids import is_part_id, is_system_id
 from app.notes.views import split_system
 from app.notes.writing import after_insert
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import parse_timestamp, utcnow
 
 MODES = ("merge", "replace")

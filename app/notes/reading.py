@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import storable
-from app.auth.scope import Scope
 from app.errors import BadRequest, NoteNotFound, PartNotFound, VersionNotFound
 from app.jobs import repository as jobs
 from app.models import Note
@@ -30,6 +29,7 @@ from app.notes.ids import (
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.notes.writing import create_now
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import parse_timestamp, parse_when, utcnow
 
 # -- get ----------------------------------------------------------------------

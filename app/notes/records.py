@@ -20,7 +20,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import NoteNotFound
 from app.feed import repository as feed
@@ -34,6 +33,7 @@ from app.notes.ids import is_system_id
 from app.notes.views import split_system
 from app.notes.writing import archive_version, enqueue_processing, taken_outside_scope
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import utcnow
 
 # Tags keep computes from the record's times when it reads one: never stored.

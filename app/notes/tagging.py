@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.errors import NoteNotFound
 from app.feed import repository as feed
 from app.feed.kinds import EventKind
@@ -21,6 +20,7 @@ from app.notes import repository as repo
 from app.notes import tags as tagrules
 from app.notes.common import tag_error, tag_words, valid_id
 from app.notes.views import ItemView, note_view, split_system
+from app.tenancy import Scope
 from app.timeutil import utcnow
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
 from app.feed import repository as feed
@@ -36,6 +35,7 @@ from app.notes.ids import (
 from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits
+from app.tenancy import Scope
 from app.timeutil import parse_timestamp, utcnow
 
 # -- put --------------------------------------------------------------------

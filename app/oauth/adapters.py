@@ -20,8 +20,8 @@ from authlib.oauth2.rfc6749 import (
 )
 from authlib.oauth2.rfc9207 import IssuerParameter
 
-from app.auth.scope import ALL_SCOPES
 from app.models import OAuthClient, OAuthCode, OAuthGrant
+from app.tenancy import ALL_SCOPES
 from app.timeutil import utcnow
 
 AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]

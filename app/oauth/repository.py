@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import delete, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import TenantScope
 from app.models import OAuthClient, OAuthCode, OAuthGrant, OAuthIssuer, OAuthKey
+from app.tenancy import TenantScope
 
 # -- signing keys (no tenant) -------------------------------------------------------
 

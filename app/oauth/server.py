@@ -34,7 +34,6 @@ from authlib.oauth2.rfc9068 import JWTBearerTokenGenerator
 from joserfc.jwk import KeySet
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import ALL_SCOPES
 from app.errors import Unauthorized
 from app.models import OAuthClient, OAuthCode, OAuthGrant
 from app.oauth import repository as repo
@@ -55,6 +54,7 @@ from app.oauth.adapters import (
     hash_secret,
 )
 from app.oauth.keyring import ALG, Keyring
+from app.tenancy import ALL_SCOPES
 from app.timeutil import utcnow
 
 T = TypeVar("T")

@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.audit import repository as audit
 from app.auth import service as auth_service
-from app.auth.scope import ADMIN, ALL_SCOPES, WRITE, Scope, TenantScope
 from app.errors import BadRequest, Conflict, Forbidden, NotFound
 from app.models import OAuthClient, OAuthIssuer
 from app.notes import tags as tagrules
@@ -30,6 +29,7 @@ from app.oauth.adapters import Answer, Client, Consent, Incoming, hash_secret
 from app.oauth.keyring import Keyring
 from app.oauth.server import Server
 from app.settings import Settings
+from app.tenancy import ADMIN, ALL_SCOPES, WRITE, Scope, TenantScope
 from app.tenants import service as tenants_service
 
 MAX_ISSUERS_PER_TENANT = 20

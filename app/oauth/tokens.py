@@ -20,12 +20,12 @@ from joserfc.jwk import KeySet
 from joserfc.jwt import JWTClaimsRegistry
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import ALL_SCOPES, TenantScope, mint_tenant
 from app.errors import Unauthorized
 from app.models import OAuthIssuer
 from app.notes import tags as tagrules
 from app.oauth import repository as repo
 from app.oauth.keyring import ALG, Keyring
+from app.tenancy import ALL_SCOPES, TenantScope, mint_tenant
 
 LEEWAY_S = 30
 EXTERNAL_ALGS = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "EdDSA"]

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from app import tenancy
 from app.audit import service as audit
-from app.auth.scope import scope_for_job, tenant_for_jobs
 from app.embeddings import repository as vectors
 from app.events import webhooks
 from app.jobs import repository as jobs
@@ -28,6 +28,7 @@ from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
+from app.tenancy import scope_for_job, tenant_for_jobs
 from app.tenants import repository as projects
 from app.timeutil import utcnow
 from app.usage import repository as usage
@@ -40,7 +41,7 @@ USAGE_DAYS_KEPT = 40  # daily usage counts (quotas need only today)
 
 async def sweep(pipeline: Pipeline) -> int:
     settings = pipeline.settings
-    async with pipeline.db.system_transaction() as session:
+    async with tenancy.system_transaction(pipeline.db) as session:
         return await jobs.sweep_stale(
             session,
             lease_seconds=settings.job_lease_seconds,
@@ -68,7 +69,7 @@ def batches(ready: Sequence[Job], size: int) -> list[tuple[uuid.UUID, list[int]]
 
 async def dispatch(pipeline: Pipeline, redis: Any) -> int:
     settings = pipeline.settings
-    async with pipeline.db.system_transaction() as session:
+    async with tenancy.system_transaction(pipeline.db) as session:
         slots = settings.dispatch_max_inflight - await jobs.inflight(session)
         background = settings.dispatch_background_inflight - await jobs.inflight(
             session, background=True
@@ -94,7 +95,7 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
     a change of model never mixes spaces. And a recount of the common words of
     big projects whose count is missing or old (find's full-text stage)."""
     model = pipeline.embedder.model_id
-    async with pipeline.db.system_transaction() as session:
+    async with tenancy.system_transaction(pipeline.db) as session:
         missing = await vectors.notes_missing_model(session, model=model, limit=limit)
         for tenant_id, project_id, note_id in missing:
             await jobs.enqueue(
@@ -129,7 +130,7 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
             )
     # Audit entries past the retention; daily usage counts past a month.
     await audit.prune_expired(pipeline.db, retention_days=pipeline.settings.audit_retention_days)
-    async with pipeline.db.system_transaction() as session:
+    async with tenancy.system_transaction(pipeline.db) as session:
         await usage.drop_days_before(session, utcnow().date() - timedelta(days=USAGE_DAYS_KEPT))
     return len(missing)
 
@@ -141,17 +142,17 @@ async def hand_off_webhooks(pipeline: Pipeline) -> int:
     """Queue deliveries of new changes to every due webhook, one transaction
     per batch: one tenant's failure (a quota, say) holds back only its own.
     Returns the changes handed off."""
-    async with pipeline.db.system_transaction() as session:
+    async with tenancy.system_transaction(pipeline.db) as session:
         due = await webhooks.due(session)
     handed = 0
     for tenant_id, project_id, webhook_id in due:
         try:
-            async with pipeline.db.system_transaction() as session:
+            async with tenancy.system_transaction(pipeline.db) as session:
                 tenant = tenant_for_jobs(tenant_id)
                 slug = await projects.project_slug(session, tenant, project_id)
             scope = scope_for_job(tenant_id, project_id, slug or "")
             for _ in range(WEBHOOK_BATCHES_PER_ROUND):
-                async with pipeline.db.system_transaction() as session:
+                async with tenancy.system_transaction(pipeline.db) as session:
                     looked_at = await webhooks.hand_off(
                         session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
                     )

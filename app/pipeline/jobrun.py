@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
-from app.auth.scope import Scope
 from app.jobs import repository as jobs
 from app.models import Job, Note
 from app.notes import repository as notes
 from app.pipeline.pipeline import Pipeline
+from app.tenancy import Scope
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from app import metrics, tenancy, tracing
-from app.auth.scope import TenantScope, scope_for_job, tenant_for_jobs
 from app.context import tenant_var
 from app.ingest import documents
 from app.jobs import repository as jobs
@@ -31,6 +30,7 @@ from app.pipeline.jobrun import JobRun, LostClaim
 from app.pipeline.pipeline import Pipeline
 from app.providers.errors import PermanentError, ProviderError
 from app.settings import Settings
+from app.tenancy import TenantScope, scope_for_job, tenant_for_jobs
 
 __all__ = ["Pipeline", "backoff", "run", "run_batch"]
 

@@ -11,8 +11,8 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Job, Note, Project
+from app.tenancy import Scope
 
 OPEN = ("pending", "dispatched", "running")
 

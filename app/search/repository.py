@@ -34,10 +34,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.embeddings.repository import INDEXED_DIMS
 from app.models import Embedding, Note, NoteVersion
 from app.search.ranking import Key
+from app.tenancy import Scope
 
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
 

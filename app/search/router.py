@@ -8,12 +8,12 @@ from fastapi import Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.notes.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
 from app.search import context, ranking, service
+from app.tenancy import Scope
 from app.wire import MAX_OFFSET, api_router
 
 # A question, not a document: longer ones are refused (the full-text stage

@@ -23,7 +23,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.caches import LRU
 from app.context import timed
 from app.embeddings import repository as vectors
@@ -39,6 +38,7 @@ from app.search import ranking
 from app.search import repository as repo
 from app.search.fulltext import repository as fulltext
 from app.search.ranking import Candidate, Key
+from app.tenancy import Scope
 from app.tenants import repository as projects
 from app.timeutil import parse_when
 

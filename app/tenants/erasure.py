@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import repository as audit
 from app.auth import repository as keys
-from app.auth.scope import Scope, tenant_for_admin
 from app.errors import BadRequest, ProjectNotFound, TenantNotFound
 from app.oauth import repository as oauth
+from app.tenancy import Scope, tenant_for_admin
 from app.tenants import repository as repo
 from app.usage import repository as usage
 

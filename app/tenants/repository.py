@@ -10,8 +10,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope, TenantScope
 from app.models import Note, Project, Tenant
+from app.tenancy import Scope, TenantScope
 
 
 async def insert_tenant(session: AsyncSession, name: str) -> Tenant | None:

@@ -12,16 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.audit import repository as audit
 from app.auth import service as auth_service
-from app.auth.scope import (
-    ADMIN,
-    ALL_SCOPES,
-    WRITE,
-    Scope,
-    TenantScope,
-    mint,
-    scope_for_project,
-    tenant_for_admin,
-)
 from app.errors import (
     BadRequest,
     Forbidden,
@@ -33,6 +23,16 @@ from app.errors import (
 from app.models import Project, Tenant
 from app.notes import service as notes_service
 from app.notes.ids import InvalidId, validate_project_slug
+from app.tenancy import (
+    ADMIN,
+    ALL_SCOPES,
+    WRITE,
+    Scope,
+    TenantScope,
+    mint,
+    scope_for_project,
+    tenant_for_admin,
+)
 from app.tenants import repository as repo
 from app.usage import service as usage_service
 

@@ -8,7 +8,7 @@ from datetime import date
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import TenantScope
+from app.tenancy import TenantScope
 
 
 async def stored(session: AsyncSession, tenant: TenantScope) -> tuple[int, int]:

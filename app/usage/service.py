@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit
-from app.auth.scope import TenantScope
 from app.errors import DailyQuotaExceeded
+from app.tenancy import TenantScope
 from app.tenants import repository as tenants_repo
 from app.timeutil import utcnow
 from app.usage import repository as repo

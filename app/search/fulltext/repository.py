@@ -43,9 +43,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.scope import Scope
 from app.models import Note, NoteVersion, Part, Project, TermStat
 from app.search.repository import Filters, Hit, joins_note, note_filters, tag_values
+from app.tenancy import Scope
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
