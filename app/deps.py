@@ -31,8 +31,8 @@ from app.errors import (
     QuotaExceeded,
     Unauthorized,
 )
+from app.kit.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.logs import log_failure
-from app.notes.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.settings import Limits, Settings
 from app.tenancy import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.tenants import service as tenants_service

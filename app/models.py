@@ -362,7 +362,7 @@ class Change(Base):
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     mutation: Mapped[str] = mapped_column(Text)
     entity_id: Mapped[str] = mapped_column(ID_TEXT)
-    # What it means to a watcher (put, tag, delete ...; app.feed.kinds);
+    # What it means to a watcher (put, tag, delete ...; app.kit.changes);
     # NULL for bookkeeping rows only keep's export reads.
     kind: Mapped[str | None] = mapped_column(Text)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))

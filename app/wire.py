@@ -28,9 +28,9 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
-from app import storable
 from app.errors import InvalidInput
-from app.storable import MAX_OFFSET, InputRefused, check_text
+from app.kit import storable
+from app.kit.storable import MAX_OFFSET, InputRefused, check_text
 
 __all__ = [
     "ERROR_RESPONSES",
@@ -78,7 +78,7 @@ def _check_url(request: Request) -> None:
 
 
 def loads(raw: bytes | str) -> Any:
-    """Strict JSON (see :func:`app.storable.loads`); refusals are 422s."""
+    """Strict JSON (see :func:`app.kit.storable.loads`); refusals are 422s."""
     try:
         return storable.loads(raw)
     except InputRefused as exc:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.ingest.fetch import FetchFailed, FetchPolicy, FetchRefused, check, fetch, is_public
+from app.kit.fetch import FetchFailed, FetchPolicy, FetchRefused, check, fetch, is_public
 from tests.docserver import serving
 
 LOCAL = FetchPolicy.of(max_bytes=2**20, timeout_seconds=10, allow_networks=["127.0.0.1/32"])

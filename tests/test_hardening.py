@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from app import tenancy
-from app.ingest.fetch import FetchPolicy, FetchRefused, check, is_public
-from app.ingest.sanitize import clean, clean_uri
+from app.kit.fetch import FetchPolicy, FetchRefused, check, is_public
+from app.kit.redaction import clean, clean_uri
 from app.logs import log_failure
 from app.main import create_app
 from app.pipeline import dispatcher

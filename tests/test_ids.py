@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.notes.ids import (
+from app.kit.ids import (
     InvalidId,
     content_id,
     is_part_id,

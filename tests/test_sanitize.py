@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from app import tenancy
-from app.ingest import sanitize
+from app.kit import redaction
 from app.models import TENANT_TABLES
 from tests.test_pipeline import put, run_all
 
@@ -41,7 +41,7 @@ PRIVATE = "Lunch at noon. <private>my therapist is Dr. Quinn</private> Then gym.
 @pytest.mark.parametrize(("kind", "secret"), sorted(SECRETS.items()))
 def test_each_token_kind_is_redacted(kind: str, secret: str) -> None:
     report = sanitize.Report()
-    out = sanitize.clean(f"the key is {secret} ok", report)
+    out = redaction.clean(f"the key is {secret} ok", report)
     assert secret not in out and f"[REDACTED:{kind}]" in out, out
     assert out.startswith("the key is ") and out.endswith(" ok")
     assert report.redacted == {kind: 1}
@@ -49,7 +49,7 @@ def test_each_token_kind_is_redacted(kind: str, secret: str) -> None:
 
 def test_blocks_urls_bearer_assignments_and_private_spans() -> None:
     report = sanitize.Report()
-    out = sanitize.clean("\n".join([KEY_BLOCK, BEARER, URL, ASSIGNED, PRIVATE]), report)
+    out = redaction.clean("\n".join([KEY_BLOCK, BEARER, URL, ASSIGNED, PRIVATE]), report)
     for secret in ("b3BlbnNzaC1rZXkt", "8f3a9c2e7b1d4f6a", "Tr0ub4dor", "hunter2", "Dr. Quinn"):
         assert secret not in out
     assert "[REDACTED:private-key]" in out
@@ -60,7 +60,7 @@ def test_blocks_urls_bearer_assignments_and_private_spans() -> None:
     assert report.private_spans == 1
     assert set(report.redacted) == {"private-key", "bearer-token", "url-password", "password"}
     # an unclosed private span runs to the end
-    assert sanitize.clean("keep <private>drop all of this") == "keep "
+    assert redaction.clean("keep <private>drop all of this") == "keep "
 
 
 def test_ordinary_prose_is_left_alone() -> None:
@@ -68,7 +68,7 @@ def test_ordinary_prose_is_left_alone() -> None:
         "The password policy says: at least 12 characters. Ask Skye about the sk-8 board. "
         "Tokens of appreciation were given. See https://example.com/a:b@c for details."
     )
-    assert sanitize.clean(prose) == prose
+    assert redaction.clean(prose) == prose
 
 
 def everything() -> str:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.notes import tags as t
+from app.kit import tags as t
 
 keys = st.from_regex(r"[a-zA-Z][a-zA-Z0-9_-]{0,12}", fullmatch=True)
 values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)

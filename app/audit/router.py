@@ -13,7 +13,7 @@ from app.audit import repository as repo
 from app.audit import service
 from app.deps import AdminScope, SessionDep
 from app.errors import BadRequest
-from app.timeutil import parse_instant
+from app.kit.timeutil import parse_instant
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["audit"])

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.audit import repository as repo
 from app.db import Database
+from app.kit.timeutil import utcnow
 from app.models import AuditLog
 from app.tenancy import TenantScope
-from app.timeutil import utcnow
 
 
 async def entries(

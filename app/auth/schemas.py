@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from app.kit.tags import terms_as_tags
 from app.models import ApiKey, Tenant
-from app.notes.tags import terms_as_tags
 from app.tenancy import Scope
 from app.wire import not_text
 

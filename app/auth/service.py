@@ -13,12 +13,12 @@ from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
 from app.errors import BadRequest, Forbidden, KeyNotFound, Unauthorized
+from app.kit import tags as tagrules
+from app.kit.timeutil import utcnow
 from app.models import ApiKey
-from app.notes import tags as tagrules
 from app.oauth import tokens
 from app.oauth.keyring import Keyring
 from app.tenancy import ALL_SCOPES, Scope, TenantScope, mint_tenant, tenant_for_admin
-from app.timeutil import utcnow
 
 MAX_KEY_NAME = 200
 

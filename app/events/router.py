@@ -23,8 +23,8 @@ from app.events.schemas import (
     WebhookPatch,
 )
 from app.events.stream import stream
-from app.ingest.fetch import FetchPolicy
 from app.jobs.schemas import JobOut
+from app.kit.fetch import FetchPolicy
 from app.notes.router import tag_params
 from app.wire import api_router
 

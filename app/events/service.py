@@ -1,6 +1,6 @@
 """Live changes: the change feed as events a person or a program watches.
 
-An event is a change-feed row with a kind (``app.feed.kinds``), shown with
+An event is a change-feed row with a kind (``app.kit.changes``), shown with
 the note as it is when the event is read (its summary and user tags; a
 deleted note as it was when deleted). ``GET /v1/events`` streams them;
 webhooks get them POSTed (``app.events.webhooks``). A credential with a tag
@@ -17,13 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
+from app.kit import tags as tagrules
+from app.kit.changes import EventKind
+from app.kit.timeutil import keep_ts
 from app.models import Change, Note
 from app.notes import repository as notes
-from app.notes import tags as tagrules
 from app.notes.views import split_system
 from app.tenancy import Scope
-from app.timeutil import keep_ts
 
 KINDS = tuple(k.value for k in EventKind)
 

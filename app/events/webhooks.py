@@ -32,9 +32,9 @@ from app.errors import BadRequest, Conflict, NotFound
 from app.events import repository as repo
 from app.events import service as events
 from app.feed import repository as feed
-from app.ingest.fetch import FetchPolicy, FetchRefused, check, post
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit.fetch import FetchPolicy, FetchRefused, check, post
 from app.models import Job, Webhook
 from app.tenancy import Scope
 

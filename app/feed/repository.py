@@ -9,7 +9,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.context import journal_var
-from app.feed.kinds import KEEP_MUTATIONS, EventKind
+from app.kit.changes import KEEP_MUTATIONS, EventKind
 from app.models import Change
 from app.tenancy import Scope
 

@@ -20,11 +20,11 @@ from app.db import Database
 from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
 from app.graph import repository as edges
+from app.kit.timeutil import keep_ts, utcnow
 from app.models import Note, NoteVersion, Part
 from app.notes import repository as notes
 from app.notes.common import valid_id
 from app.tenancy import Scope
-from app.timeutil import keep_ts, utcnow
 
 FORMAT, VERSION = "keep-export", 3
 PAGE = 500

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.storable import json_integer
+from app.kit.storable import json_integer
 
 # An integer as JSON Schema means it: 5 and 5.0, never "5".
 JsonInt = Annotated[int, BeforeValidator(json_integer)]

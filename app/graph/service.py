@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, EntityNotFound, NoteNotFound
 from app.graph import repository as repo
+from app.kit.ids import InvalidId, normalize_id
 from app.notes import repository as notes
 from app.notes.edges import STUB_SOURCE, edge_target
-from app.notes.ids import InvalidId, normalize_id
 from app.providers.graph.base import Extraction
 from app.tenancy import Scope
 

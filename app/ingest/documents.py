@@ -22,10 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import BadRequest, DocumentUnreadable, PayloadTooLarge
 from app.ingest import extract as extractors
 from app.ingest import repository as repo
-from app.ingest import sanitize
 from app.ingest import service as policy
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import redaction
 from app.notes import repository as notes
 from app.notes import service as note_service
 from app.notes.views import ItemView, split_system
@@ -91,7 +91,7 @@ async def recognize(
 def _clean(doc_text: str, tags: Mapping[str, str], enabled: bool) -> tuple[str, dict[str, str]]:
     if not enabled:
         return doc_text, dict(tags)
-    return sanitize.clean(doc_text), {k: sanitize.clean(v) for k, v in tags.items()}
+    return redaction.clean(doc_text), {k: redaction.clean(v) for k, v in tags.items()}
 
 
 async def store(

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.ingest import sanitize
+from app.kit import redaction
 from app.tenancy import Scope
 from app.tenants import repository as projects
 
@@ -19,7 +19,7 @@ async def sanitizing(session: AsyncSession, scope: Scope) -> bool:
     """Whether the project sanitises at ingest (on unless its settings say
     ``sanitize: false``)."""
     settings = await projects.project_settings(session, scope)
-    return sanitize.enabled(settings)
+    return redaction.enabled(settings)
 
 
 def clean_fields(data: T, *, text: tuple[str, ...] = (), tags: tuple[str, ...] = ()) -> T:
@@ -28,11 +28,11 @@ def clean_fields(data: T, *, text: tuple[str, ...] = (), tags: tuple[str, ...] =
     for name in text:
         value = getattr(data, name)
         if isinstance(value, str):
-            changes[name] = sanitize.clean(value)
+            changes[name] = redaction.clean(value)
     for name in tags:
         value = getattr(data, name)
         if value:
-            changes[name] = sanitize.clean_tags(value)
+            changes[name] = redaction.clean_tags(value)
     if getattr(data, "uri", None):
-        changes["uri"] = sanitize.clean_uri(data.uri)  # type: ignore[attr-defined]
+        changes["uri"] = redaction.clean_uri(data.uri)  # type: ignore[attr-defined]
     return dataclasses.replace(data, **changes)  # type: ignore[type-var]

@@ -17,7 +17,7 @@ from app.jobs.schemas import (
     TaskCreated,
     TaskOut,
 )
-from app.notes.ids import MAX_ID_LENGTH
+from app.kit.ids import MAX_ID_LENGTH
 from app.wire import api_router
 
 JobId = Annotated[

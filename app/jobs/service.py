@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, JobNotDead, JobNotFound, PayloadTooLarge, TaskNotFound
-from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as repo
 from app.jobs.kinds import JobKind, JobStatus
+from app.kit import redaction
 from app.models import Job
 from app.tenancy import Scope
 
@@ -88,7 +88,7 @@ async def create_task(
     if len(content) > max_chars:
         raise PayloadTooLarge(f"content is {len(content)} characters; the limit is {max_chars}")
     if await ingest.sanitizing(session, scope):
-        content = sanitize.clean(content)
+        content = redaction.clean(content)
     job_id = await repo.enqueue(
         session,
         scope,

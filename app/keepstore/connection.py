@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.db import Database, role_sees_every_tenant
 from app.keepstore.bridge import Bridge
-from app.notes.ids import InvalidId, validate_project_slug
+from app.kit.ids import InvalidId, validate_project_slug
 from app.settings import Settings
 from app.tenancy import WRITE, Scope
 from app.tenants import service as tenants

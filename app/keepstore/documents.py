@@ -16,16 +16,16 @@ from app.errors import NoteNotFound
 from app.keepstore import repository as kept
 from app.keepstore.bookkeeping import Bookkeeping
 from app.keepstore.connection import DOC_COLLECTION, Connection
+from app.kit import tags as tagrules
+from app.kit.ids import glob_regex
+from app.kit.timeutil import keep_ts, parse_timestamp
 from app.models import Note, NoteVersion, Part
 from app.notes import records
 from app.notes import repository as repo
-from app.notes import tags as tagrules
-from app.notes.ids import glob_regex
 from app.search import repository as search
 from app.search.fulltext import repository as fulltext
 from app.settings import Limits
 from app.tenancy import Scope
-from app.timeutil import keep_ts, parse_timestamp
 
 MAX_LIST = 100_000  # "no limit" in keep's calls, bounded
 

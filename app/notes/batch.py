@@ -18,17 +18,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import AppError, BadRequest
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit.changes import EventKind
+from app.kit.timeutil import utcnow
 from app.notes import edges
 from app.notes import repository as repo
 from app.notes.views import ItemView, note_view
 from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
 from app.settings import Limits
 from app.tenancy import Scope
-from app.timeutil import utcnow
 
 MAX_BATCH = 100
 

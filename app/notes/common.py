@@ -7,11 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.errors import BadRequest
-from app.notes import tags as tagrules
-from app.notes.ids import (
-    InvalidId,
-    normalize_id,
-)
+from app.kit import tags as tagrules
+from app.kit.ids import InvalidId, normalize_id
 
 
 def valid_id(raw: str, what: str = "id") -> str:

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.embeddings import repository as vectors
 from app.feed import repository as feed
-from app.feed.kinds import WATCH_ONLY, EventKind
 from app.jobs import repository as jobs
 from app.jobs.kinds import CONTENT_KINDS
+from app.kit.changes import WATCH_ONLY, EventKind
 from app.models import Note
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG

@@ -19,12 +19,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
 from app.graph import repository as edges_repo
+from app.kit.changes import EventKind
+from app.kit.ids import InvalidId, is_system_id, normalize_id
+from app.kit.timeutil import utcnow
 from app.notes import repository as repo
-from app.notes.ids import InvalidId, is_system_id, normalize_id
 from app.tenancy import Scope
-from app.timeutil import utcnow
 
 _WIKI = re.compile(r"^\[\[([^\]|]+)(?:\|[^\]]*)?\]\]$")
 _LABEL_AFTER = re.compile(r"^(.+?)\[\[[^\]]*\]\]$")

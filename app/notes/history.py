@@ -11,21 +11,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, NoteNotFound
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
 from app.jobs import repository as jobs
+from app.kit import tags as tagrules
+from app.kit.changes import EventKind
+from app.kit.ids import NOW_ID, is_now_id, is_part_id
+from app.kit.timeutil import keep_ts, utcnow
 from app.notes import edges
 from app.notes import repository as repo
-from app.notes import tags as tagrules
 from app.notes.common import tag_error, valid_id
-from app.notes.ids import (
-    NOW_ID,
-    is_now_id,
-    is_part_id,
-)
 from app.notes.views import ItemView, note_view, split_system, version_view
 from app.notes.writing import create_now
 from app.tenancy import Scope
-from app.timeutil import keep_ts, utcnow
 
 # -- delete / revert ----------------------------------------------------------
 

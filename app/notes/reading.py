@@ -12,25 +12,19 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import storable
 from app.errors import BadRequest, NoteNotFound, PartNotFound, VersionNotFound
 from app.jobs import repository as jobs
+from app.kit import storable
+from app.kit import tags as tagrules
+from app.kit.ids import InvalidId, glob_regex, is_now_id, normalize_id, parse_selector
+from app.kit.timeutil import parse_timestamp, parse_when, utcnow
 from app.models import Note
 from app.notes import repository as repo
-from app.notes import tags as tagrules
 from app.notes.common import tag_error, valid_id
-from app.notes.ids import (
-    InvalidId,
-    glob_regex,
-    is_now_id,
-    normalize_id,
-    parse_selector,
-)
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.notes.writing import create_now
 from app.settings import Limits
 from app.tenancy import Scope
-from app.timeutil import parse_timestamp, parse_when, utcnow
 
 # -- get ----------------------------------------------------------------------
 

@@ -23,18 +23,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.embeddings import repository as vectors
 from app.errors import NoteNotFound
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
+from app.kit import tags as tagrules
+from app.kit.changes import EventKind
+from app.kit.ids import is_system_id
+from app.kit.timeutil import utcnow
 from app.models import Note, NoteVersion
 from app.notes import edges, history, importing
 from app.notes import repository as repo
-from app.notes import tags as tagrules
 from app.notes.common import sha256_hex, tag_words, valid_id
-from app.notes.ids import is_system_id
 from app.notes.views import split_system
 from app.notes.writing import archive_version, enqueue_processing, taken_outside_scope
 from app.settings import Limits
 from app.tenancy import Scope
-from app.timeutil import utcnow
 
 # Tags keep computes from the record's times when it reads one: never stored.
 COMPUTED_TAGS = frozenset({"_created", "_updated", "_updated_date", "_accessed", "_accessed_date"})

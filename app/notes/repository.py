@@ -26,8 +26,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import undefer
 
+from app.kit import tags as tagrules
 from app.models import Note, NoteVersion, Part
-from app.notes import tags as tagrules
 from app.tenancy import Scope
 
 FTS_CONFIG = "english"

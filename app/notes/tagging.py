@@ -10,18 +10,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import NoteNotFound
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
-from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import redaction
+from app.kit import tags as tagrules
+from app.kit.changes import EventKind
+from app.kit.timeutil import utcnow
 from app.notes import edges
 from app.notes import repository as repo
-from app.notes import tags as tagrules
 from app.notes.common import tag_error, tag_words, valid_id
 from app.notes.views import ItemView, note_view, split_system
 from app.tenancy import Scope
-from app.timeutil import utcnow
 
 
 async def tag(
@@ -39,7 +39,7 @@ async def tag(
     """
     note_id = valid_id(raw_id)
     if set_tags and await ingest.sanitizing(session, scope):
-        set_tags = sanitize.clean_tags(set_tags)
+        set_tags = redaction.clean_tags(set_tags)
     try:
         deletes, adds = tagrules.user_tag_changes(set_tags)
         deletes |= tagrules.parse_key_list(remove)

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.kit.tags import SYSTEM_PREFIX
+from app.kit.timeutil import keep_date, keep_ts
 from app.models import Note, NoteVersion, Part
-from app.notes.tags import SYSTEM_PREFIX
-from app.timeutil import keep_date, keep_ts
 
 
 @dataclass(slots=True)

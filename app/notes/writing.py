@@ -16,27 +16,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
 from app.feed import repository as feed
-from app.feed.kinds import EventKind
-from app.ingest import sanitize
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import redaction
+from app.kit import tags as tagrules
+from app.kit.changes import EventKind
+from app.kit.ids import NOW_ID, content_id, is_part_id, is_system_id
+from app.kit.timeutil import parse_timestamp, utcnow
 from app.models import Note
 from app.notes import edges
 from app.notes import repository as repo
-from app.notes import tags as tagrules
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
-from app.notes.ids import (
-    NOW_ID,
-    content_id,
-    is_part_id,
-    is_system_id,
-)
 from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits
 from app.tenancy import Scope
-from app.timeutil import parse_timestamp, utcnow
 
 # -- put --------------------------------------------------------------------
 
@@ -548,7 +543,7 @@ async def request_analysis(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
         )
     if content is not None and await ingest.sanitizing(session, scope):
-        content = sanitize.clean(content)
+        content = redaction.clean(content)
     if content is None and note.pending_content is None:
         raise ContentNotHeld(
             "the note's content is no longer held (keepmem keeps only summaries): "

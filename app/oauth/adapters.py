@@ -20,9 +20,9 @@ from authlib.oauth2.rfc6749 import (
 )
 from authlib.oauth2.rfc9207 import IssuerParameter
 
+from app.kit.timeutil import utcnow
 from app.models import OAuthClient, OAuthCode, OAuthGrant
 from app.tenancy import ALL_SCOPES
-from app.timeutil import utcnow
 
 AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
 PUBLIC_GRANTS = ("authorization_code", "refresh_token")

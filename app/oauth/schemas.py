@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.auth.schemas import Permission
+from app.kit.tags import terms_as_tags
 from app.models import OAuthClient, OAuthIssuer
-from app.notes.tags import terms_as_tags
 
 TagScope = dict[str, str]
 TAGS_DESCRIPTION = (

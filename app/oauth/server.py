@@ -35,6 +35,7 @@ from joserfc.jwk import KeySet
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import Unauthorized
+from app.kit.timeutil import utcnow
 from app.models import OAuthClient, OAuthCode, OAuthGrant
 from app.oauth import repository as repo
 from app.oauth import tokens
@@ -55,7 +56,6 @@ from app.oauth.adapters import (
 )
 from app.oauth.keyring import ALG, Keyring
 from app.tenancy import ALL_SCOPES
-from app.timeutil import utcnow
 
 T = TypeVar("T")
 CODE_SECONDS = 120

@@ -21,9 +21,9 @@ from app import tenancy
 from app.audit import repository as audit
 from app.auth import service as auth_service
 from app.errors import BadRequest, Conflict, Forbidden, NotFound
+from app.kit import tags as tagrules
+from app.kit.tags import InvalidTags
 from app.models import OAuthClient, OAuthIssuer
-from app.notes import tags as tagrules
-from app.notes.tags import InvalidTags
 from app.oauth import repository as repo
 from app.oauth.adapters import Answer, Client, Consent, Incoming, hash_secret
 from app.oauth.keyring import Keyring

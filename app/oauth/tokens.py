@@ -21,8 +21,8 @@ from joserfc.jwt import JWTClaimsRegistry
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import Unauthorized
+from app.kit import tags as tagrules
 from app.models import OAuthIssuer
-from app.notes import tags as tagrules
 from app.oauth import repository as repo
 from app.oauth.keyring import ALG, Keyring
 from app.tenancy import ALL_SCOPES, TenantScope, mint_tenant

@@ -23,6 +23,7 @@ from app.embeddings import repository as vectors
 from app.events import webhooks
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit.timeutil import utcnow
 from app.logs import log_failure
 from app.models import Job
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
@@ -30,7 +31,6 @@ from app.retention import repository as retention
 from app.search.fulltext import repository as search
 from app.tenancy import scope_for_job, tenant_for_jobs
 from app.tenants import repository as projects
-from app.timeutil import utcnow
 from app.usage import repository as usage
 
 log = logging.getLogger("keepmem.dispatcher")

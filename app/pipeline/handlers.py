@@ -17,9 +17,9 @@ from app.embeddings import repository as vectors
 from app.events import webhooks
 from app.graph import service as graph
 from app.ingest import documents
-from app.ingest.fetch import FetchPolicy, fetch
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit.fetch import FetchPolicy, fetch
 from app.models import Note
 from app.notes import derived
 from app.notes import repository as notes

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, NoteNotFound
+from app.kit.timeutil import parse_instant, utcnow
 from app.notes import service as notes
 from app.retention import repository as repo
 from app.tenancy import Scope
-from app.timeutil import parse_instant, utcnow
 
 MAX_TTL_SECONDS = 10 * 366 * 86400
 BATCH = 500

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, NoteNotFound
+from app.kit.ids import InvalidId, normalize_id
 from app.notes import repository as notes
-from app.notes.ids import InvalidId, normalize_id
 from app.notes.views import ItemView, note_view, part_view
 from app.providers.summarization.local import cut
 from app.tenancy import Scope

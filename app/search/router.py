@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.deps import NoteIdDep, ReadScope, SessionDep
-from app.notes.ids import MAX_ID_LENGTH
+from app.kit.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
 from app.search import context, ranking, service

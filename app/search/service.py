@@ -29,9 +29,10 @@ from app.embeddings import repository as vectors
 from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
 from app.graph import service as graph
 from app.jobs import repository as jobs
+from app.kit import tags as tagrules
+from app.kit.ids import InvalidId, glob_regex, is_system_id, normalize_id
+from app.kit.timeutil import parse_when
 from app.notes import repository as notes
-from app.notes import tags as tagrules
-from app.notes.ids import InvalidId, glob_regex, is_system_id, normalize_id
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
 from app.search import ranking
@@ -40,7 +41,6 @@ from app.search.fulltext import repository as fulltext
 from app.search.ranking import Candidate, Key
 from app.tenancy import Scope
 from app.tenants import repository as projects
-from app.timeutil import parse_when
 
 DEFAULT_HALF_LIFE_DAYS = 30.0
 BIG_FOR = 300.0  # seconds a project counted as big is taken as big without counting

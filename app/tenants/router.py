@@ -9,7 +9,7 @@ from fastapi import Path, Request, Response
 from pydantic import BaseModel, Field, field_validator
 
 from app.deps import AdminScope, AnyScope, SessionDep
-from app.notes.ids import PROJECT_SLUG_PATTERN
+from app.kit.ids import PROJECT_SLUG_PATTERN
 from app.retention import service as retention
 from app.tenants import erasure
 from app.tenants import service as tenants

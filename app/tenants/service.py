@@ -20,9 +20,9 @@ from app.errors import (
     TenantExists,
     TenantNotFound,
 )
+from app.kit.ids import InvalidId, validate_project_slug
 from app.models import Project, Tenant
 from app.notes import service as notes_service
-from app.notes.ids import InvalidId, validate_project_slug
 from app.tenancy import (
     ADMIN,
     ALL_SCOPES,

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit
 from app.errors import DailyQuotaExceeded
+from app.kit.timeutil import utcnow
 from app.tenancy import TenantScope
 from app.tenants import repository as tenants_repo
-from app.timeutil import utcnow
 from app.usage import repository as repo
 
 QUOTA_NAMES = {
