@@ -40,7 +40,7 @@ PRIVATE = "Lunch at noon. <private>my therapist is Dr. Quinn</private> Then gym.
 
 @pytest.mark.parametrize(("kind", "secret"), sorted(SECRETS.items()))
 def test_each_token_kind_is_redacted(kind: str, secret: str) -> None:
-    report = sanitize.Report()
+    report = redaction.Report()
     out = redaction.clean(f"the key is {secret} ok", report)
     assert secret not in out and f"[REDACTED:{kind}]" in out, out
     assert out.startswith("the key is ") and out.endswith(" ok")
@@ -48,7 +48,7 @@ def test_each_token_kind_is_redacted(kind: str, secret: str) -> None:
 
 
 def test_blocks_urls_bearer_assignments_and_private_spans() -> None:
-    report = sanitize.Report()
+    report = redaction.Report()
     out = redaction.clean("\n".join([KEY_BLOCK, BEARER, URL, ASSIGNED, PRIVATE]), report)
     for secret in ("b3BlbnNzaC1rZXkt", "8f3a9c2e7b1d4f6a", "Tr0ub4dor", "hunter2", "Dr. Quinn"):
         assert secret not in out
