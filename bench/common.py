@@ -19,9 +19,10 @@ from typing import Any
 
 import httpx
 
-from app import migrate, tenancy
+from app import tenancy
+from app.cli import migrate
+from app.cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from app.db import Database
-from app.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from app.tenants import service as tenants
 from bench.locomo_data import LOCOMO
 

@@ -65,7 +65,7 @@ def _parse(tsvector: str) -> dict[str, int]:
 async def _words(notes: list, questions: list) -> tuple[list[dict[str, int]], list[list[str]]]:
     import asyncpg
 
-    from app.embedded import EmbeddedPostgres
+    from app.cli.embedded import EmbeddedPostgres
 
     pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="keepmem-ablation-")))
     pg.start()

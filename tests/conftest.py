@@ -19,9 +19,10 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-from app import migrate, tenancy
+from app import tenancy
+from app.cli import migrate
+from app.cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from app.db import Database
-from app.embedded import EmbeddedPostgres, EmbeddedRedis
 from app.main import create_app
 from app.pipeline.runner import Pipeline
 from app.providers.embedding.base import Embedder, QueryCache
@@ -111,7 +112,7 @@ def serving(app: FastAPI) -> Iterator[str]:
 
     import uvicorn
 
-    from app.embedded import free_port
+    from app.cli.embedded import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

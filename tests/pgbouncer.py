@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.embedded import EmbeddedPostgres, free_port
+from app.cli.embedded import EmbeddedPostgres, free_port
 
 
 class PgBouncer:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from app.embedded import free_port
+from app.cli.embedded import free_port
 
 CLI = [sys.executable, "-c", "from app.cli import main; main()"]
 

@@ -11,7 +11,7 @@ import sys
 import venv
 from pathlib import Path
 
-from app.embedded import free_port
+from app.cli.embedded import free_port
 from tests.test_faults import _start
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from app import __version__
-from app.embedded import free_port
+from app.cli.embedded import free_port
 from app.providers.errors import MissingDependency, model_wheel_pin
 from app.providers.factory import MODEL_WHEELS
 from tests.conftest import APP_ROLE, Stack

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from app.embedded import free_port
+from app.cli.embedded import free_port
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import SECRET, Stack, Tenant, serving

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from app.embedded import free_port
+from app.cli.embedded import free_port
 from tests.test_cli import CLI, _env
 
 
@@ -192,7 +192,7 @@ def test_stack_heals_after_postgres_and_redis_are_killed(tmp_path: Path) -> None
 def test_supervisor_restarts_with_backoff_and_says_so_once() -> None:
     """A part that fails to restart is retried with a growing delay; one line
     when it goes down, one when it is back (not a line per attempt)."""
-    from app.supervisor import Supervisor
+    from app.cli.supervisor import Supervisor
 
     class Flaky:
         name = "flaky"

@@ -155,7 +155,7 @@ def test_the_embedded_server_gets_a_quarter_of_the_memory(stack) -> None:
     """Stock shared_buffers (128 MB) held neither a million notes' HNSW index
     nor their text: the embedded stack sizes them to the machine (or its
     container's limit), once, at first start."""
-    from app.embedded import _memory_mb, shared_buffers_mb
+    from app.cli.embedded import _memory_mb, shared_buffers_mb
 
     got = int(
         stack.pg.psql("SELECT setting::bigint * 8 / 1024 FROM pg_settings "
@@ -166,7 +166,7 @@ def test_the_embedded_server_gets_a_quarter_of_the_memory(stack) -> None:
 
 
 def test_the_shared_buffers_override_is_checked(monkeypatch) -> None:
-    from app.embedded import EmbeddedError, shared_buffers_mb
+    from app.cli.embedded import EmbeddedError, shared_buffers_mb
 
     monkeypatch.setenv("KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB", "512")
     assert shared_buffers_mb() == 512

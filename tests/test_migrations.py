@@ -6,7 +6,7 @@ import uuid
 
 from alembic.script import ScriptDirectory
 
-from app import migrate
+from app.cli import migrate
 from tests.conftest import APP_ROLE, Stack
 
 

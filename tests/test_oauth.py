@@ -387,7 +387,7 @@ def test_expired_and_forged_tokens_get_401(settings, tenant) -> None:
 
     import uvicorn
 
-    from app.embedded import free_port
+    from app.cli.embedded import free_port
     from app.main import create_app
 
     short = settings.model_copy(update={"oauth_access_token_seconds": 1})

@@ -20,9 +20,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics
+from app.cli.embedded import free_port
 from app.context import request_id_var, tenant_var
 from app.db import Database
-from app.embedded import free_port
 from app.logs import JsonFormatter
 from app.main import create_app
 from app.settings import Settings
@@ -225,7 +225,7 @@ async def test_a_draining_server_is_not_ready(settings: Settings, db: Database) 
 
 
 def test_malloc_arenas_are_limited_unless_the_operator_says_otherwise(monkeypatch) -> None:
-    from app import process
+    from app.cli import process
 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     process.limit_malloc_arenas()

@@ -17,7 +17,8 @@ from arq.worker import run_worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app import logs, process
+from app import logs
+from app.cli import process
 from app.providers.errors import MissingDependency
 from app.providers.factory import missing_model_wheels, model_wheels_hint
 from app.settings import get_settings

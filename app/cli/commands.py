@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import __version__, logs, process, tenancy
+from app import __version__, logs, tenancy
+from app.cli import process
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -40,13 +41,13 @@ class _Embedded:
     """Start (or attach to) the embedded PostgreSQL of a data directory."""
 
     def __init__(self, data_dir: Path) -> None:
-        from app.embedded import EmbeddedPostgres
+        from app.cli.embedded import EmbeddedPostgres
 
         self.data_dir = data_dir
         self.pg = EmbeddedPostgres(data_dir)
 
     def start_database(self, settings: Settings) -> Settings:
-        from app import migrate
+        from app.cli import migrate
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.pg.start()
@@ -104,7 +105,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from app.embedded import (
+    from app.cli.embedded import (
         DataDirLock,
         EmbeddedError,
         EmbeddedRedis,
@@ -146,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             "data_dir": str(data_dir),
         }
     )
-    from app.supervisor import ChildProcess, Part, Supervisor
+    from app.cli.supervisor import ChildProcess, Part, Supervisor
 
     embedded: _Embedded | None = None
     redis: EmbeddedRedis | None = None
@@ -154,7 +155,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     supervisor: Supervisor | None = None
     try:
         if settings.database_url:
-            from app import migrate
+            from app.cli import migrate
 
             migrate.upgrade(settings.effective_owner_url or "", settings.app_role)
         else:
@@ -291,7 +292,7 @@ def cmd_worker(_: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from app import migrate
+    from app.cli import migrate
 
     settings = Settings()
     url = settings.effective_owner_url
@@ -315,7 +316,7 @@ def _admin_settings(args: argparse.Namespace) -> tuple[Settings, _Embedded | Non
         if settings.secret_key is None:
             raise SystemExit("keepmem: KEEPMEM_SECRET_KEY must be set with KEEPMEM_DATABASE_URL")
         return settings, None
-    from app.embedded import EmbeddedError, check_installed, load_secrets
+    from app.cli.embedded import EmbeddedError, check_installed, load_secrets
 
     data_dir = Path(args.data_dir or settings.data_dir).expanduser().resolve()
     try:

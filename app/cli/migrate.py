@@ -9,7 +9,7 @@ from alembic.config import Config
 
 # The migrations ship inside the package (app/migrations), so an installed
 # keepmem migrates without a source checkout.
-SCRIPTS = Path(__file__).resolve().parent / "migrations"
+SCRIPTS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def alembic_config(owner_url: str, app_role: str) -> Config:
