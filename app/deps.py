@@ -20,7 +20,6 @@ from app import ratelimit, tenancy
 from app.audit import http as audit
 from app.auth import service as auth_service
 from app.caches import RequestCaches
-from app.context import Journal, journal_var, tenant_var
 from app.db import Database, refusal
 from app.errors import (
     AppError,
@@ -33,6 +32,7 @@ from app.errors import (
 )
 from app.kit.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.logs import log_failure
+from app.request_vars import Journal, journal_var, tenant_var
 from app.settings import Limits, Settings
 from app.tenancy import ADMIN, READ, WRITE, Scope, TenantScope, mint
 from app.tenants import service as tenants_service

@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from app.context import request_id_var, tenant_var
+from app.request_vars import request_id_var, tenant_var
 
 _lock = threading.Lock()
 _last: dict[str, float] = {}

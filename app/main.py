@@ -22,7 +22,6 @@ from app.auth.router import router as keys_router
 from app.auth.router import subkeys as subkeys_router
 from app.auth.router import whoami as whoami_router
 from app.caches import RequestCaches
-from app.context import request_id_var
 from app.db import Database
 from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
 from app.events.router import router as events_router
@@ -43,6 +42,7 @@ from app.oauth.router import router as oauth_router
 from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
+from app.request_vars import request_id_var
 from app.search.router import router as search_router
 from app.settings import Settings
 from app.tenants.router import router as projects_router

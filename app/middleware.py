@@ -13,10 +13,10 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics
-from app.context import request_id_var, timings_var
 from app.db import is_outage
 from app.errors import DatabaseUnavailable
 from app.logs import log_failure
+from app.request_vars import request_id_var, timings_var
 
 log = logging.getLogger("keepmem")
 

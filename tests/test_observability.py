@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics
 from app.cli.embedded import free_port
-from app.context import request_id_var, tenant_var
 from app.db import Database
 from app.logs import JsonFormatter
 from app.main import create_app
+from app.request_vars import request_id_var, tenant_var
 from app.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.test_pipeline import run_all

@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
 from app.audit import repository as repo
-from app.context import Journal
 from app.db import Database
 from app.errors import AppError
+from app.request_vars import Journal
 from app.tenancy import Scope, TenantScope
 
 # POST routes that only read.

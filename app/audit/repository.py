@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.context import journal_var, request_id_var
 from app.models import AuditLog
+from app.request_vars import journal_var, request_id_var
 from app.tenancy import TenantScope
 
 

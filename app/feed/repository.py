@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.context import journal_var
 from app.kit.changes import KEEP_MUTATIONS, EventKind
 from app.models import Change
+from app.request_vars import journal_var
 from app.tenancy import Scope
 
 

@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import NoteNotFound
-from app.flows import context as flow_context
 from app.flows import exports, service
+from app.flows import note_context as flow_context
 from app.flows.schemas import FlowRequest, FlowResult, ImportRequest, ImportResult
 from app.flows.states import FlowContext
 from app.notes import importing

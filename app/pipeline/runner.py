@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from app import metrics, tenancy, tracing
-from app.context import tenant_var
 from app.ingest import documents
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -29,6 +28,7 @@ from app.pipeline import handlers
 from app.pipeline.jobrun import JobRun, LostClaim
 from app.pipeline.pipeline import Pipeline
 from app.providers.errors import PermanentError, ProviderError
+from app.request_vars import tenant_var
 from app.settings import Settings
 from app.tenancy import TenantScope, scope_for_job, tenant_for_jobs
 

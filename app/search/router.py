@@ -12,7 +12,8 @@ from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.kit.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
-from app.search import context, ranking, service
+from app.search import disclosure
+from app.search import ranking, service
 from app.tenancy import Scope
 from app.wire import MAX_OFFSET, api_router
 
@@ -244,7 +245,7 @@ async def search_compact(
     summary, date) and trimmed to `token_budget`: the first step of progressive
     disclosure; follow up with `/timeline` or `/detail` on the ids that matter."""
     result = await _run_find(body, request, scope, session)
-    kept = context.fit([context.line(v, s) for v, s in result.items], body.token_budget)
+    kept = disclosure.fit([disclosure.line(v, s) for v, s in result.items], body.token_budget)
     return CompactResponse(
         results=[CompactLine(**e) for e in kept.entries],
         mode=result.mode,
@@ -294,7 +295,7 @@ async def timeline(
     """Notes just before and after this one in time, among notes sharing any of
     its tags (all notes when it has none), one line each, nearest first when
     the token budget trims."""
-    found = await context.timeline(
+    found = await disclosure.timeline(
         session, scope, raw_id=note_id, before=before, after=after, token_budget=token_budget
     )
     return Timeline.model_validate(found)
@@ -314,5 +315,5 @@ async def detail(
 ) -> Detail:
     """The note's full summary and tags, then its parts and earlier versions
     (one line each) while they fit the token budget."""
-    found = await context.detail(session, scope, raw_id=note_id, token_budget=token_budget)
+    found = await disclosure.detail(session, scope, raw_id=note_id, token_budget=token_budget)
     return Detail.model_validate(found)

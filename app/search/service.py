@@ -24,7 +24,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.caches import LRU
-from app.context import timed
 from app.embeddings import repository as vectors
 from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
 from app.graph import service as graph
@@ -35,6 +34,7 @@ from app.kit.timeutil import parse_when
 from app.notes import repository as notes
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
+from app.request_vars import timed
 from app.search import ranking
 from app.search import repository as repo
 from app.search.fulltext import repository as fulltext
