@@ -12,8 +12,7 @@ from app.deps import NoteIdDep, ReadScope, SessionDep
 from app.kit.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
-from app.search import disclosure
-from app.search import ranking, service
+from app.search import disclosure, ranking, service
 from app.tenancy import Scope
 from app.wire import MAX_OFFSET, api_router
 
