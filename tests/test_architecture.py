@@ -118,7 +118,7 @@ def _writers(path: Path, only: set[str] | None = None) -> set[str]:
 # (entities, mentions, relations) belong to app.graph.
 NOTE_DATA = {
     "app.notes.repository": _writers(APP / "notes" / "repository.py"),
-    "app.embeddings.repository": _writers(APP / "embeddings" / "repository.py"),
+    "app.notes.repository.vectors": _writers(APP / "embeddings" / "repository.py"),
     "app.graph.repository": _writers(
         APP / "graph" / "repository.py", {"replace_from", "delete_from"}
     ),
@@ -129,7 +129,9 @@ def test_the_note_data_writers_are_known() -> None:
     assert {"insert_note", "update_note", "delete_note", "insert_parts"} <= NOTE_DATA[
         "app.notes.repository"
     ]
-    assert {"upsert", "upsert_notes", "delete_for_note"} <= NOTE_DATA["app.embeddings.repository"]
+    assert {"upsert", "upsert_notes", "delete_for_note"} <= NOTE_DATA[
+        "app.notes.repository.vectors"
+    ]
     assert NOTE_DATA["app.graph.repository"] == {"replace_from", "delete_from"}
 
 

@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest
-from app.feed import repository as feed
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.timeutil import keep_ts
 from app.models import Change, Note
 from app.notes import repository as notes
+from app.notes.repository import changes as feed
 from app.notes.views import split_system
 from app.tenancy import Scope
 

@@ -31,11 +31,11 @@ from app import sealing
 from app.errors import BadRequest, Conflict, NotFound
 from app.events import repository as repo
 from app.events import service as events
-from app.feed import repository as feed
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.fetch import FetchPolicy, FetchRefused, check, post
 from app.models import Job, Webhook
+from app.notes.repository import changes as feed
 from app.tenancy import Scope
 
 PURPOSE = "keepmem-webhook-secrets"  # the sealing key's label (app.sealing)

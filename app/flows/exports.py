@@ -18,12 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.db import Database
 from app.errors import BadRequest, NoteNotFound
-from app.feed import repository as feed
-from app.graph import repository as edges
 from app.kit.timeutil import keep_ts, utcnow
 from app.models import Note, NoteVersion, Part
 from app.notes import repository as notes
 from app.notes.common import valid_id
+from app.notes.repository import changes as feed
+from app.notes.repository import edges
 from app.tenancy import Scope
 
 FORMAT, VERSION = "keep-export", 3

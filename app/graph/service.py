@@ -14,6 +14,7 @@ from app.graph import repository as repo
 from app.kit.ids import InvalidId, normalize_id
 from app.notes import repository as notes
 from app.notes.edges import STUB_SOURCE, edge_target
+from app.notes.repository import edges
 from app.providers.graph.base import Extraction
 from app.tenancy import Scope
 
@@ -190,8 +191,8 @@ async def incoming(
 ) -> dict[str, list[dict[str, Any]]]:
     """Notes whose edge tags point at this one, grouped by the inverse verb
     (``speaker: Ada`` on a line shows on Ada as ``said``), newest first."""
-    rows = await repo.edges_into(session, scope, note_id, limit=limit)
-    verbs = await repo.inverse_verbs(session, scope, {predicate for _, predicate, _, _ in rows})
+    rows = await edges.edges_into(session, scope, note_id, limit=limit)
+    verbs = await edges.inverse_verbs(session, scope, {predicate for _, predicate, _, _ in rows})
     out: dict[str, list[dict[str, Any]]] = {}
     for source_id, predicate, summary, updated in rows:
         out.setdefault(verbs.get(predicate, predicate), []).append(

@@ -18,11 +18,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as embeddings
 from app.keepstore import repository as kept
 from app.keepstore.connection import DOC_COLLECTION, Connection
 from app.notes import records
 from app.notes import repository as notes
+from app.notes.repository import vectors as embeddings
 from app.tenancy import Scope
 
 Key = tuple[str, str, int]

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import AppError, BadRequest
-from app.feed import repository as feed
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -25,6 +24,7 @@ from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
 from app.notes import edges
 from app.notes import repository as repo
+from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view
 from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
 from app.settings import Limits

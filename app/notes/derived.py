@@ -15,14 +15,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as vectors
-from app.feed import repository as feed
 from app.jobs import repository as jobs
 from app.jobs.kinds import CONTENT_KINDS
 from app.kit.changes import WATCH_ONLY, EventKind
 from app.models import Note
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG
+from app.notes.repository import changes as feed
+from app.notes.repository import vectors
 from app.tenancy import Scope
 
 

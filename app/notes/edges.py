@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.feed import repository as feed
-from app.graph import repository as edges_repo
 from app.kit.changes import EventKind
 from app.kit.ids import InvalidId, is_system_id, normalize_id
 from app.kit.timeutil import utcnow
 from app.notes import repository as repo
+from app.notes.repository import changes as feed
+from app.notes.repository import edges as edges_repo
 from app.tenancy import Scope
 
 _WIKI = re.compile(r"^\[\[([^\]|]+)(?:\|[^\]]*)?\]\]$")

@@ -8,9 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as vectors
 from app.errors import BadRequest, NoteNotFound
-from app.feed import repository as feed
 from app.jobs import repository as jobs
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
@@ -19,6 +17,8 @@ from app.kit.timeutil import keep_ts, utcnow
 from app.notes import edges
 from app.notes import repository as repo
 from app.notes.common import tag_error, valid_id
+from app.notes.repository import changes as feed
+from app.notes.repository import vectors
 from app.notes.views import ItemView, note_view, split_system, version_view
 from app.notes.writing import create_now
 from app.tenancy import Scope

@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, PayloadTooLarge
-from app.feed import repository as feed
 from app.kit import tags as tagrules
 from app.kit.ids import is_part_id, is_system_id
 from app.kit.timeutil import parse_timestamp, utcnow
 from app.notes import history
 from app.notes import repository as repo
 from app.notes.common import sha256_hex, tag_error, tag_words, valid_id
+from app.notes.repository import changes as feed
 from app.notes.views import split_system
 from app.notes.writing import after_insert
 from app.settings import Limits

@@ -20,9 +20,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as vectors
 from app.errors import NoteNotFound
-from app.feed import repository as feed
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.ids import is_system_id
@@ -31,6 +29,8 @@ from app.models import Note, NoteVersion
 from app.notes import edges, history, importing
 from app.notes import repository as repo
 from app.notes.common import sha256_hex, tag_words, valid_id
+from app.notes.repository import changes as feed
+from app.notes.repository import vectors
 from app.notes.views import split_system
 from app.notes.writing import archive_version, enqueue_processing, taken_outside_scope
 from app.settings import Limits

@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import NoteNotFound
-from app.feed import repository as feed
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -20,6 +19,7 @@ from app.kit.timeutil import utcnow
 from app.notes import edges
 from app.notes import repository as repo
 from app.notes.common import tag_error, tag_words, valid_id
+from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view, split_system
 from app.tenancy import Scope
 

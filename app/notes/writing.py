@@ -13,9 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as vectors
 from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
-from app.feed import repository as feed
 from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
@@ -28,6 +26,8 @@ from app.models import Note
 from app.notes import edges
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
+from app.notes.repository import changes as feed
+from app.notes.repository import vectors
 from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits

@@ -19,13 +19,13 @@ from typing import Any
 
 from app import tenancy
 from app.audit import service as audit
-from app.embeddings import repository as vectors
 from app.events import webhooks
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.timeutil import utcnow
 from app.logs import log_failure
 from app.models import Job
+from app.notes.repository import vectors
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings import repository as vectors
 from app.events import webhooks
 from app.graph import service as graph
 from app.ingest import documents
@@ -23,6 +22,7 @@ from app.kit.fetch import FetchPolicy, fetch
 from app.models import Note
 from app.notes import derived
 from app.notes import repository as notes
+from app.notes.repository import vectors
 from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
 from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts

@@ -34,8 +34,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.embeddings.repository import INDEXED_DIMS
 from app.models import Embedding, Note, NoteVersion
+from app.notes.repository.vectors import INDEXED_DIMS
 from app.search.ranking import Key
 from app.tenancy import Scope
 

@@ -24,7 +24,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.caches import LRU
-from app.embeddings import repository as vectors
 from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
 from app.graph import service as graph
 from app.jobs import repository as jobs
@@ -32,6 +31,7 @@ from app.kit import tags as tagrules
 from app.kit.ids import InvalidId, glob_regex, is_system_id, normalize_id
 from app.kit.timeutil import parse_when
 from app.notes import repository as notes
+from app.notes.repository import vectors
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
 from app.request_vars import timed

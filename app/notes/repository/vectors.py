@@ -1,4 +1,4 @@
-"""All SQL touching embeddings."""
+"""The embeddings table: the vectors of notes, their versions and parts."""
 
 from __future__ import annotations
 
@@ -36,10 +36,7 @@ async def upsert(
     content_hash: str,
     vector: Sequence[float],
 ) -> None:
-    await _upsert_rows(
-        session,
-        [_row(scope, note_id, kind, ref, model, content_hash, vector)],
-    )
+    await _upsert_rows(session, [_row(scope, note_id, kind, ref, model, content_hash, vector)])
 
 
 async def upsert_notes(

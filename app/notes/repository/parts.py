@@ -1,0 +1,88 @@
+"""The parts table: a note's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    delete,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import Part
+from app.notes.repository._shared import FTS_CONFIG
+from app.tenancy import Scope
+
+
+def _parts_of(scope: Scope, note_id: str) -> ColumnElement[bool]:
+    return and_(
+        Part.tenant_id == scope.tenant_id,
+        Part.project_id == scope.project_id,
+        Part.note_id == note_id,
+    )
+
+
+async def list_parts(session: AsyncSession, scope: Scope, note_id: str) -> Sequence[Part]:
+    stmt = select(Part).where(_parts_of(scope, note_id)).order_by(Part.part_num)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def get_part(session: AsyncSession, scope: Scope, note_id: str, part_num: int) -> Part | None:
+    return await session.scalar(
+        select(Part).where(_parts_of(scope, note_id), Part.part_num == part_num)
+    )
+
+
+async def delete_parts(session: AsyncSession, scope: Scope, note_id: str) -> int:
+    result = await session.execute(
+        delete(Part).where(_parts_of(scope, note_id)).returning(Part.part_num)
+    )
+    return len(result.all())
+
+
+async def insert_parts(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    parts: Sequence[tuple[int, str, dict[str, Any], str, str]],
+) -> None:
+    """Insert parts as (part_num, summary, tags, content_hash, text for full text)."""
+    for part_num, summary, tags, content_hash, fts_text in parts:
+        await session.execute(
+            insert(Part).values(
+                tenant_id=scope.tenant_id,
+                project_id=scope.project_id,
+                note_id=note_id,
+                part_num=part_num,
+                summary=summary,
+                tags=tags,
+                content_hash=content_hash,
+                fts=func.to_tsvector(FTS_CONFIG, fts_text),
+            )
+        )
+
+
+async def parts_of_many(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str]
+) -> dict[str, list[Part]]:
+    if not note_ids:
+        return {}
+    rows = await session.execute(
+        select(Part)
+        .where(
+            Part.tenant_id == scope.tenant_id,
+            Part.project_id == scope.project_id,
+            Part.note_id.in_(list(note_ids)),
+        )
+        .order_by(Part.note_id, Part.part_num)
+    )
+    out: dict[str, list[Part]] = {}
+    for part in rows.scalars():
+        out.setdefault(part.note_id, []).append(part)
+    return out
