@@ -22,7 +22,7 @@ from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
-from app.notes import edges
+from app.notes import edges, expiry
 from app.notes import repository as repo
 from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view
@@ -50,6 +50,8 @@ async def put_many(
     reported in its place and the others are stored."""
     if not 1 <= len(items) <= MAX_BATCH:
         raise BadRequest(f"a batch holds 1 to {MAX_BATCH} notes, not {len(items)}")
+    # Expiries are checked before anything is written (a bad one refuses the batch).
+    expiries = [expiry.asked(d.expires_at, d.ttl_seconds) for d in items]
     if await ingest.sanitizing(session, scope):
         items = [ingest.clean_fields(d, text=("content", "summary"), tags=("tags",)) for d in items]
     out = [BatchItem() for _ in items]
@@ -81,6 +83,9 @@ async def put_many(
                 out[i] = BatchItem(view=view)
         except AppError as exc:
             out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)
+    for item, asked in zip(out, expiries, strict=True):
+        if item.view is not None and asked is not None:
+            await expiry.apply(session, scope, note_id=item.view.id, expiry=asked)
     return out
 
 

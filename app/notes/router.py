@@ -24,7 +24,6 @@ from app.notes.schemas import (
     VersionList,
     VersionOut,
 )
-from app.retention import service as retention
 from app.wire import MAX_OFFSET, api_router
 
 router = api_router(prefix="/v1", tags=["notes"])
@@ -40,6 +39,8 @@ def _put_input(body: PutRequest) -> service.PutInput:
         created_at=body.created_at,
         force=body.force,
         analyze=body.analyze,
+        expires_at=body.expires_at,
+        ttl_seconds=body.ttl_seconds,
     )
 
 
@@ -50,11 +51,7 @@ async def put_note(
     """Create or update a note. A content change archives the previous version;
     the same content with new tags updates in place. Long content gets a
     placeholder summary until it is summarised in the background."""
-    expires = body.expires_at is not None or body.ttl_seconds is not None
-    expiry = retention.expiry_of(body.expires_at, body.ttl_seconds) if expires else None
     view = await service.put(session, scope, data=_put_input(body), limits=limits)
-    if expires:
-        await retention.set_expiry(session, scope, view.id, expiry)
     return NoteOut.of(view)
 
 
@@ -66,19 +63,9 @@ async def put_notes(
     that log many turns. Each note is stored or refused on its own: the
     results say which, in the order sent, with the error a single put would
     have given."""
-    # Expiries are checked before anything is written (a bad one refuses the batch).
-    expiries = [
-        (retention.expiry_of(n.expires_at, n.ttl_seconds),)
-        if n.expires_at is not None or n.ttl_seconds is not None
-        else None
-        for n in body.notes
-    ]
     done = await service.put_many(
         session, scope, items=[_put_input(n) for n in body.notes], limits=limits
     )
-    for item, expiry in zip(done, expiries, strict=True):
-        if item.view is not None and expiry is not None:
-            await retention.set_expiry(session, scope, item.view.id, expiry[0])
     results = [
         BatchResult(
             status=item.status,

@@ -23,7 +23,7 @@ from app.kit.changes import EventKind
 from app.kit.ids import NOW_ID, content_id, is_part_id, is_system_id
 from app.kit.timeutil import parse_timestamp, utcnow
 from app.models import Note
-from app.notes import edges
+from app.notes import edges, expiry
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
@@ -49,6 +49,9 @@ class PutInput:
     analyze: bool = False
     #: The content stands in for a document a job of this kind will deliver.
     placeholder: str | None = None
+    #: When the note expires: an ISO-8601 instant, or seconds from now (0: never).
+    expires_at: str | None = None
+    ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +129,13 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
     content again (or only new tags) updates in place. Long content gets a
     placeholder summary and a summarize job; every user note gets an embed job.
     """
+    asked = expiry.asked(data.expires_at, data.ttl_seconds)  # refused before any write
     if await ingest.sanitizing(session, scope):
         data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
-    return await put_clean(session, scope, data=data, limits=limits)
+    view = await put_clean(session, scope, data=data, limits=limits)
+    if asked is not None:
+        await expiry.apply(session, scope, note_id=view.id, expiry=asked)
+    return view
 
 
 async def put_clean(

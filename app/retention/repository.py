@@ -1,12 +1,12 @@
-"""All SQL of retention: a note's expiry (``notes.expires_at``), a project's
-retention (``projects.retention_days``), and which notes are due.
+"""All SQL of retention: a project's retention (``projects.retention_days``,
+the one column of projects retention writes) and which notes are due (by
+their ``expires_at``, which the notes domain writes).
 
 System documents (ids starting with '.') never expire."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,19 +15,6 @@ from app.models import Job, Note, Project
 from app.tenancy import Scope
 
 OPEN = ("pending", "dispatched", "running")
-
-
-async def set_expiry(
-    session: AsyncSession, scope: Scope, note_id: str, expires_at: datetime | None
-) -> bool:
-    result = await session.execute(
-        update(Note)
-        .where(Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id)
-        .where(Note.id == note_id)
-        .values(expires_at=expires_at)
-        .returning(Note.id)
-    )
-    return result.first() is not None
 
 
 async def set_retention(session: AsyncSession, scope: Scope, days: int | None) -> None:

@@ -25,6 +25,7 @@ from app.notes.repository.notes import (
     get_many,
     insert_note,
     insert_notes,
+    set_expiry,
     touch_accessed,
     update_note,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "max_version",
     "neighbours_in_time",
     "parts_of_many",
+    "set_expiry",
     "sharing_tags",
     "touch_accessed",
     "update_note",

@@ -135,6 +135,19 @@ async def delete_note(session: AsyncSession, scope: Scope, note_id: str) -> bool
     return result.first() is not None
 
 
+async def set_expiry(
+    session: AsyncSession, scope: Scope, note_id: str, *, expires_at: datetime | None
+) -> bool:
+    """Set when the note expires (None: never); False when it is not there."""
+    result = await session.execute(
+        update(Note)
+        .where(in_scope(scope), Note.id == note_id)
+        .values(expires_at=expires_at)
+        .returning(Note.id)
+    )
+    return result.first() is not None
+
+
 async def touch_accessed(session: AsyncSession, scope: Scope, note_id: str, when: datetime) -> None:
     await session.execute(
         update(Note).where(in_scope(scope), Note.id == note_id).values(accessed_at=when)
