@@ -4,36 +4,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Query
-from pydantic import BaseModel, Field
 
 from app.audit import repository as repo
 from app.audit import service
+from app.audit.schemas import AuditEntry, AuditPage
 from app.deps import AdminScope, SessionDep
 from app.errors import BadRequest
 from app.kit.timeutil import parse_instant
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["audit"])
-
-
-class AuditEntry(BaseModel):
-    id: int
-    at: datetime
-    actor: str = Field(description="key:<id>, grant:<id>, oidc:<issuer>:<subject>, admin, cli")
-    action: str = Field(description="e.g. api.put_note, key.create, oauth.consent, auth.refused")
-    target: str | None = Field(description="The note or object acted on, when there is one.")
-    project_id: uuid.UUID | None
-    outcome: str = Field(description="ok, or error:<code>")
-    request_id: str | None
-    detail: dict[str, Any] = Field(description="Ids, names and counts; never note content.")
-
-
-class AuditPage(BaseModel):
-    entries: list[AuditEntry]
-    next_cursor: int | None = Field(description="Pass as `cursor` for older entries.")
 
 
 ISO = "ISO-8601 date-time with a zone, e.g. 2026-11-24T10:00:00Z."

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Query, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from app.db import Database
@@ -17,6 +17,7 @@ from app.events import webhooks
 from app.events.schemas import (
     DeliveryList,
     WebhookCreated,
+    WebhookId,
     WebhookIn,
     WebhookList,
     WebhookOut,
@@ -30,7 +31,6 @@ from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["events"])
 
-WebhookId = Annotated[uuid.UUID, Path(description="A webhook's id.")]
 DbDep = Annotated[Database, Depends(get_db)]
 
 

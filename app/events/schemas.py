@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated
 
+from fastapi import Path
 from pydantic import BaseModel, Field, field_validator
 
 from app.jobs.schemas import JobOut
 from app.models import Webhook
 
+WebhookId = Annotated[uuid.UUID, Path(description="A webhook's id.")]
 Url = Annotated[
     str,
     Field(

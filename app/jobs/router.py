@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query
+from fastapi import Query
 
 from app.deps import LimitsDep, ReadScope, SessionDep, WriteScope
 from app.jobs import service
 from app.jobs.schemas import (
+    JobId,
     JobList,
     JobOut,
     Processor,
@@ -19,10 +20,6 @@ from app.jobs.schemas import (
 )
 from app.kit.ids import MAX_ID_LENGTH
 from app.wire import api_router
-
-JobId = Annotated[
-    str, Path(description="A job or task id (a UUID, as the API shows it).", max_length=45)
-]
 
 router = api_router(prefix="/v1", tags=["jobs"])
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import BaseModel, Field
 
 from app.models import Job
+
+JobId = Annotated[
+    str, Path(description="A job or task id (a UUID, as the API shows it).", max_length=45)
+]
 
 
 class JobOut(BaseModel):
