@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import ratelimit, tenancy
+from app.accounts import service as accounts
 from app.audit import http as audit
 from app.auth import service as auth_service
 from app.caches import RequestCaches
@@ -177,7 +178,7 @@ async def current_scope(
     )
     project_id = caches.projects.get((tenant.tenant_id, slug))
     if project_id is None:
-        project, created = await tenants_service.resolve_project_created(
+        project, created = await accounts.resolve_project_created(
             session,
             tenant,
             slug=slug,

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 
 from app import tenancy
+from app.accounts import service as tenants
 from app.cli import migrate
 from app.cli.embedded import EmbeddedPostgres, EmbeddedRedis, free_port
 from app.db import Database
-from app.tenants import service as tenants
 from bench.locomo_data import LOCOMO
 
 ROOT = Path(__file__).resolve().parent.parent

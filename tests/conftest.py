@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from app import tenancy
+from app.accounts import service as tenants
 from app.cli import migrate
 from app.cli.embedded import EmbeddedPostgres, EmbeddedRedis
 from app.db import Database
@@ -30,7 +31,6 @@ from app.providers.embedding.base import registry as embedders
 from app.providers.summarization.base import Summarizer
 from app.providers.summarization.base import registry as summarizers
 from app.settings import Settings
-from app.tenants import service as tenants
 
 APP_ROLE = "keepmem_app"
 SECRET = "test-server-secret"

@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import text
 
 from app import tenancy
+from app.accounts import service as tenants
 from app.db import Database
 from app.main import create_app
 from app.settings import Settings
-from app.tenants import service as tenants
 from tests.conftest import SECRET, FreshDatabase, Stack
 from tests.vendors import Vendor, VendorServer
 

@@ -7,6 +7,7 @@ import uuid
 from fastapi import Request, Response
 
 from app import ratelimit
+from app.accounts import service as accounts
 from app.auth import service as auth_service
 from app.auth.schemas import (
     KeyCreate,
@@ -19,9 +20,9 @@ from app.auth.schemas import (
     TenantOut,
 )
 from app.deps import SettingsDep, SystemSessionDep, server_secret
-from app.tenants import erasure
+from app.erasure import service as erasure
 from app.tenants import service as tenants
-from app.usage.router import Quotas, Usage
+from app.usage.schemas import Quotas, Usage
 from app.wire import api_router
 
 router = api_router(prefix="/v1/admin", tags=["admin"])
@@ -33,7 +34,7 @@ async def create_tenant(
 ) -> TenantCreated:
     """Create a tenant with its default project and a first key (read, write,
     admin). The key is in this response only."""
-    new = await tenants.create_tenant(
+    new = await accounts.create_tenant(
         session, name=body.name, server_secret=server_secret(settings)
     )
     return TenantCreated(
@@ -109,10 +110,10 @@ async def set_quotas(
     naming it; nothing is half-written."""
     await tenants.set_quotas(session, tenant_id, body.model_dump(), actor="admin")
     request.app.state.caches.quotas.drop(lambda key: key == tenant_id)
-    return Usage(**await tenants.usage_of(session, tenant_id, request.app.state.redis))
+    return Usage(**await accounts.usage_of(session, tenant_id, request.app.state.redis))
 
 
 @router.get("/tenants/{tenant_id}/usage", response_model=Usage, summary="A tenant's usage")
 async def tenant_usage(tenant_id: uuid.UUID, request: Request, session: SystemSessionDep) -> Usage:
     """What the tenant holds and did today, and its quotas."""
-    return Usage(**await tenants.usage_of(session, tenant_id, request.app.state.redis))
+    return Usage(**await accounts.usage_of(session, tenant_id, request.app.state.redis))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -41,3 +42,10 @@ def view(row: AuditLog) -> dict[str, Any]:
         "request_id": row.request_id,
         "detail": row.detail,
     }
+
+
+async def erase(
+    session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID | None = None
+) -> int:
+    """Drop a tenant's trail (or one project's), for its erasure."""
+    return await repo.prune(session, tenant, project_id=project_id)

@@ -220,3 +220,15 @@ async def revoke_key(
         raise KeyNotFound(f"key not found: {key_id}")
     await audit.record(session, tenant, actor=actor, action="key.revoke", target=str(key_id))
     return row
+
+
+async def erase_keys_of_project(
+    session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID
+) -> list[uuid.UUID]:
+    """Erase the keys locked to a project (its erasure revokes them); their ids."""
+    return await repo.delete_keys_of_project(session, tenant, project_id)
+
+
+async def key_ids(session: AsyncSession, tenant: TenantScope) -> list[uuid.UUID]:
+    """Every key id of the tenant (its erasure clears what Redis holds of them)."""
+    return await repo.key_ids(session, tenant)

@@ -67,8 +67,8 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _create_tenant(settings: Settings, name: str) -> tuple[str, str]:
+    from app.accounts import service
     from app.db import Database
-    from app.tenants import service
 
     assert settings.secret_key is not None
     db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
@@ -336,6 +336,7 @@ def _admin_settings(args: argparse.Namespace) -> tuple[Settings, _Embedded | Non
 def cmd_admin(args: argparse.Namespace) -> int:
     import json
 
+    from app.accounts import service as accounts
     from app.auth import service as auth_service
     from app.db import Database
     from app.tenants import service as tenants
@@ -377,18 +378,18 @@ def cmd_admin(args: argparse.Namespace) -> int:
                             for name in tenants.QUOTAS
                             if getattr(args, name) is not None
                         }
-                        current = (await tenants.usage_of(session, tenant.id, None))["quotas"]
+                        current = (await accounts.usage_of(session, tenant.id, None))["quotas"]
                         merged = {**current, **{k: (v or None) for k, v in quotas.items()}}
                         await tenants.set_quotas(session, tenant.id, merged, actor="cli")
-                        return await tenants.usage_of(session, tenant.id, None)
+                        return await accounts.usage_of(session, tenant.id, None)
                     if args.admin_command == "usage":
-                        return await tenants.usage_of(session, tenant.id, None)
+                        return await accounts.usage_of(session, tenant.id, None)
                     if args.admin_command == "erase-tenant":
                         if not args.yes:
                             raise SystemExit(
                                 "keepmem: erasing a tenant cannot be undone; add --yes"
                             )
-                        from app.tenants import erasure
+                        from app.erasure import service as erasure
 
                         await erasure.erase_tenant(session, tenant.id, actor="cli")
                         return {"erased": str(tenant.id)}

@@ -22,7 +22,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import BadRequest, DocumentUnreadable, PayloadTooLarge
 from app.ingest import extract as extractors
 from app.ingest import repository as repo
-from app.ingest import service as policy
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit import redaction
@@ -34,6 +33,7 @@ from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
 from app.settings import Limits
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 _TAG_KEY = re.compile(r"^[a-zA-Z][a-zA-Z0-9_-]{0,127}$")
 
@@ -109,7 +109,7 @@ async def store(
     analyze: bool = False,
 ) -> ItemView:
     """Put a document's text as the note's content; user tags win over found ones."""
-    enabled = await policy.sanitizing(session, scope)
+    enabled = await tenants.sanitizing(session, scope)
     text, found = _clean(text, found_tags, enabled)
     existing = await notes.get(session, scope, note_id)
     given = dict(user_tags or {})
@@ -204,7 +204,7 @@ async def upload(
             limits=limits,
             placeholder="ocr",
         )
-        enabled = await policy.sanitizing(session, scope)
+        enabled = await tenants.sanitizing(session, scope)
         layer, found = _clean(doc.text, doc.tags, enabled)
         job_id = await jobs.enqueue(
             session,

@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, JobNotDead, JobNotFound, PayloadTooLarge, TaskNotFound
-from app.ingest import service as ingest
 from app.jobs import repository as repo
 from app.jobs.kinds import JobKind, JobStatus
 from app.kit import redaction
 from app.models import Job
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 TASK_TYPES = ("summarize", "analyze")
 
@@ -87,7 +87,7 @@ async def create_task(
         raise BadRequest("content is empty")
     if len(content) > max_chars:
         raise PayloadTooLarge(f"content is {len(content)} characters; the limit is {max_chars}")
-    if await ingest.sanitizing(session, scope):
+    if await tenants.sanitizing(session, scope):
         content = redaction.clean(content)
     job_id = await repo.enqueue(
         session,

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
+from app.accounts import service as accounts
 from app.db import Database, role_sees_every_tenant
 from app.keepstore.bridge import Bridge
 from app.kit.ids import InvalidId, validate_project_slug
 from app.settings import Settings
 from app.tenancy import WRITE, Scope
-from app.tenants import service as tenants
 
 T = TypeVar("T")
 DOC_COLLECTION = "default"  # keep's document collection (always this name)
@@ -122,7 +122,7 @@ class Connection:
         if cached is not None and now - cached[1] < RECHECK_SECONDS:
             return cached[0]
         async with self.db.transaction() as session:
-            scope = await tenants.scope_for_key(
+            scope = await accounts.scope_for_key(
                 session,
                 presented=self.params.api_key,
                 server_secret=self.params.secret_key,

@@ -14,10 +14,11 @@ On by default; a project turns it off with the setting ``sanitize: false``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 _PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
@@ -141,3 +142,22 @@ def clean_tags(tags: Mapping[str, Any] | None, report: Report | None = None) -> 
 
 def enabled(project_settings: Mapping[str, Any]) -> bool:
     return project_settings.get("sanitize", True) is not False
+
+
+T = TypeVar("T")
+
+
+def clean_fields(data: T, *, text: tuple[str, ...] = (), tags: tuple[str, ...] = ()) -> T:
+    """A copy of a dataclass with its text fields and tag maps sanitised."""
+    changes: dict[str, Any] = {}
+    for name in text:
+        value = getattr(data, name)
+        if isinstance(value, str):
+            changes[name] = clean(value)
+    for name in tags:
+        value = getattr(data, name)
+        if value:
+            changes[name] = clean_tags(value)
+    if getattr(data, "uri", None):
+        changes["uri"] = clean_uri(data.uri)  # type: ignore[attr-defined]
+    return dataclasses.replace(data, **changes)  # type: ignore[type-var]

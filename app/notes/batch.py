@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import AppError, BadRequest
-from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import redaction
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
 from app.notes import edges, expiry
@@ -29,6 +29,7 @@ from app.notes.views import ItemView, note_view
 from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
 from app.settings import Limits
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 MAX_BATCH = 100
 
@@ -52,8 +53,10 @@ async def put_many(
         raise BadRequest(f"a batch holds 1 to {MAX_BATCH} notes, not {len(items)}")
     # Expiries are checked before anything is written (a bad one refuses the batch).
     expiries = [expiry.asked(d.expires_at, d.ttl_seconds) for d in items]
-    if await ingest.sanitizing(session, scope):
-        items = [ingest.clean_fields(d, text=("content", "summary"), tags=("tags",)) for d in items]
+    if await tenants.sanitizing(session, scope):
+        items = [
+            redaction.clean_fields(d, text=("content", "summary"), tags=("tags",)) for d in items
+        ]
     out = [BatchItem() for _ in items]
     together: dict[str, tuple[int, WriteArgs]] = {}  # note id -> (position, put)
     alone: list[int] = []  # positions that take the single put's path, in order

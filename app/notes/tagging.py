@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import NoteNotFound
-from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit import redaction
@@ -22,6 +21,7 @@ from app.notes.common import tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view, split_system
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 
 async def tag(
@@ -38,7 +38,7 @@ async def tag(
     Tags change in place: no version is archived.
     """
     note_id = valid_id(raw_id)
-    if set_tags and await ingest.sanitizing(session, scope):
+    if set_tags and await tenants.sanitizing(session, scope):
         set_tags = redaction.clean_tags(set_tags)
     try:
         deletes, adds = tagrules.user_tag_changes(set_tags)

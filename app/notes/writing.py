@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, ContentNotHeld, NoteNotFound, OutsideScope, PayloadTooLarge
-from app.ingest import service as ingest
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit import redaction
@@ -32,6 +31,7 @@ from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 # -- put --------------------------------------------------------------------
 
@@ -130,8 +130,8 @@ async def put(session: AsyncSession, scope: Scope, *, data: PutInput, limits: Li
     placeholder summary and a summarize job; every user note gets an embed job.
     """
     asked = expiry.asked(data.expires_at, data.ttl_seconds)  # refused before any write
-    if await ingest.sanitizing(session, scope):
-        data = ingest.clean_fields(data, text=("content", "summary"), tags=("tags",))
+    if await tenants.sanitizing(session, scope):
+        data = redaction.clean_fields(data, text=("content", "summary"), tags=("tags",))
     view = await put_clean(session, scope, data=data, limits=limits)
     if asked is not None:
         await expiry.apply(session, scope, note_id=view.id, expiry=asked)
@@ -549,7 +549,7 @@ async def request_analysis(
         raise PayloadTooLarge(
             f"content is {len(content)} characters; the limit is {limits.max_content_chars}"
         )
-    if content is not None and await ingest.sanitizing(session, scope):
+    if content is not None and await tenants.sanitizing(session, scope):
         content = redaction.clean(content)
     if content is None and note.pending_content is None:
         raise ContentNotHeld(

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
+from app.accounts import service as accounts
 from app.audit import repository as audit
 from app.auth import service as auth_service
 from app.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -197,7 +198,7 @@ async def _consent(
     if not scopes:
         raise Forbidden("choose at least one scope this API key holds")
     terms = sorted({*tenant.tag_terms, *parse_tag_lines(form.tags)})
-    project, _ = await tenants_service.resolve_project_created(
+    project, _ = await accounts.resolve_project_created(
         session,
         tenant,
         slug=form.project.strip() or tenants_service.DEFAULT_PROJECT,
@@ -239,7 +240,7 @@ async def create_service_account(
     terms = _narrower_terms(scope, tags)
     if len(await repo.list_clients(session, scope)) >= MAX_CLIENTS_PER_TENANT:
         raise Forbidden(f"a tenant may have at most {MAX_CLIENTS_PER_TENANT} OAuth clients")
-    target, _ = await tenants_service.resolve_project_created(
+    target, _ = await accounts.resolve_project_created(
         session, scope, slug=project, may_create=False
     )
     if scope.project_lock is not None and target.id != scope.project_lock:
@@ -354,3 +355,10 @@ async def remove_issuer(session: AsyncSession, scope: Scope, issuer_id: uuid.UUI
     await audit.record(
         session, scope, actor=scope.actor, action="oauth.issuer.remove", target=str(issuer_id)
     )
+
+
+async def erase_project(
+    session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID
+) -> None:
+    """Erase the grants, codes and service accounts of a project (its erasure)."""
+    await repo.delete_of_project(session, tenant, project_id)

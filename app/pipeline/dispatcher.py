@@ -20,6 +20,7 @@ from typing import Any
 from app import tenancy
 from app.audit import service as audit
 from app.events import webhooks
+from app.jobs import outbox
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.timeutil import utcnow
@@ -31,7 +32,7 @@ from app.retention import repository as retention
 from app.search.fulltext import repository as search
 from app.tenancy import scope_for_job, tenant_for_jobs
 from app.tenants import repository as projects
-from app.usage import repository as usage
+from app.usage import service as usage_service
 
 log = logging.getLogger("keepmem.dispatcher")
 
@@ -42,7 +43,7 @@ USAGE_DAYS_KEPT = 40  # daily usage counts (quotas need only today)
 async def sweep(pipeline: Pipeline) -> int:
     settings = pipeline.settings
     async with tenancy.system_transaction(pipeline.db) as session:
-        return await jobs.sweep_stale(
+        return await outbox.sweep_stale(
             session,
             lease_seconds=settings.job_lease_seconds,
             dispatch_timeout_seconds=settings.job_dispatch_timeout_seconds,
@@ -85,7 +86,7 @@ async def dispatch(pipeline: Pipeline, redis: Any) -> int:
                 _job_id=f"{tenant_id}:{ids[0]}:{uuid.uuid4().hex[:12]}",
                 _queue_name=settings.queue_name,
             )
-        await jobs.mark_dispatched(session, ready)
+        await outbox.mark_dispatched(session, ready)
     return len(ready)
 
 
@@ -131,7 +132,9 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
     # Audit entries past the retention; daily usage counts past a month.
     await audit.prune_expired(pipeline.db, retention_days=pipeline.settings.audit_retention_days)
     async with tenancy.system_transaction(pipeline.db) as session:
-        await usage.drop_days_before(session, utcnow().date() - timedelta(days=USAGE_DAYS_KEPT))
+        await usage_service.drop_days_before(
+            session, day=utcnow().date() - timedelta(days=USAGE_DAYS_KEPT)
+        )
     return len(missing)
 
 

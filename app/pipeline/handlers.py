@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.events import webhooks
 from app.graph import service as graph
 from app.ingest import documents
-from app.jobs import repository as jobs
+from app.jobs import outbox
 from app.jobs.kinds import JobKind
 from app.kit.fetch import FetchPolicy, fetch
 from app.models import Note
@@ -29,7 +29,7 @@ from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
 from app.providers.summarization.base import RelatedNote
 from app.retention import service as retention
-from app.search.fulltext import repository as search
+from app.search.fulltext import service as term_stats_service
 
 Handler = Callable[[list[JobRun]], Awaitable[None]]
 
@@ -93,7 +93,9 @@ async def embed_batch(runs: list[JobRun], record_failure: Callable[..., Awaitabl
             ids = [r.job.id for r, reuse in applied if reuse is was_reused]
             result = {"model": model, "dim": p.embedder.dim, "reused": was_reused}
             result |= {"batch": len(live)}
-            done = await jobs.finish_many(session, scope, ids, first.token, result=result)
+            done = await outbox.finish_many(
+                session, scope, job_ids=ids, token=first.token, result=result
+            )
             if done != len(ids):
                 raise LostClaim
 
@@ -234,7 +236,7 @@ async def task(run: JobRun) -> None:
 async def term_stats(run: JobRun) -> None:
     """Count the project's common words for find's full-text stage."""
     async with run.transaction() as session:
-        found = await search.refresh_term_stats(
+        found = await term_stats_service.refresh_term_stats(
             session, run.scope, min_notes=run.pipeline.settings.fts_common_term_notes
         )
         await run.finish(session, {"common_terms": found})

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
-from app.jobs import repository as jobs
+from app.jobs import outbox
 from app.models import Job, Note
 from app.notes import repository as notes
 from app.pipeline.pipeline import Pipeline
@@ -63,7 +63,9 @@ class JobRun:
             yield session
 
     async def finish(self, session: AsyncSession, result: dict[str, Any]) -> None:
-        if not await jobs.finish(session, self.scope, self.job.id, self.token, result=result):
+        if not await outbox.finish(
+            session, self.scope, job_id=self.job.id, token=self.token, result=result
+        ):
             raise LostClaim
 
 

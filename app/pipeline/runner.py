@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from app import metrics, tenancy, tracing
 from app.ingest import documents
-from app.jobs import repository as jobs
+from app.jobs import outbox
 from app.jobs.kinds import JobKind
 from app.notes import derived
 from app.pipeline import handlers
@@ -63,7 +63,7 @@ async def run_batch(
     tenant_var.set(str(tenant_id))  # this job's task only (log lines)
     token = uuid.uuid4()
     async with tenancy.transaction(pipeline.db, tenant) as session:
-        claimed = await jobs.claim_many(session, tenant, job_ids, token)
+        claimed = await outbox.claim_many(session, tenant, job_ids=job_ids, token=token)
     if not claimed:
         return {}
     beat = asyncio.create_task(_heartbeat(pipeline, tenant, [j.id for j in claimed], token))
@@ -121,11 +121,11 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
     out_of_attempts = job.attempts >= limit
     retry = None if (permanent or out_of_attempts) else backoff(settings, job.attempts)
     async with job_run.transaction() as session:
-        await jobs.fail(
+        await outbox.fail(
             session,
             scope,
-            job.id,
-            job_run.token,
+            job_id=job.id,
+            token=job_run.token,
             error=f"{type(exc).__name__}: {exc}",
             retry_in_seconds=retry,
         )
@@ -144,5 +144,5 @@ async def _heartbeat(
     while True:
         await asyncio.sleep(interval)
         async with tenancy.transaction(pipeline.db, tenant) as session:
-            if not await jobs.heartbeat_many(session, tenant, job_ids, token):
+            if not await outbox.heartbeat_many(session, tenant, job_ids=job_ids, token=token):
                 return

@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Path, Request, Response
-from pydantic import BaseModel, Field, field_validator
 
 from app.deps import AdminScope, AnyScope, SessionDep
+from app.erasure import service as erasure
 from app.kit.ids import PROJECT_SLUG_PATTERN
 from app.retention import service as retention
-from app.tenants import erasure
 from app.tenants import service as tenants
-from app.wire import api_router, not_text
+from app.tenants.schemas import ProjectList, ProjectOut, Retention
+from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["projects"])
-
-
-class Retention(BaseModel):
-    days: int | None = Field(
-        default=None,
-        ge=1,
-        le=36600,
-        description="Notes not updated for this many days are deleted (null: kept forever).",
-    )
-
-    _whole = field_validator("days", mode="before")(not_text)
-
-
-class ProjectOut(BaseModel):
-    slug: str
-    created_at: datetime
-
-
-class ProjectList(BaseModel):
-    projects: list[ProjectOut]
 
 
 @router.get("/projects", response_model=ProjectList, summary="List the tenant's projects")

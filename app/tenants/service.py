@@ -1,84 +1,39 @@
-"""Tenants and projects: creation, first-use projects with seeded system notes."""
+"""The registry of tenants and projects: reading them, a tenant's quotas, a
+project's settings (whether it sanitises at ingest) and which project a
+credential works in. Creating tenants and projects, and erasing them, is
+``app.accounts``'s (it seeds notes and makes keys, which sit above this)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import tenancy
 from app.audit import repository as audit
-from app.auth import service as auth_service
 from app.errors import (
-    BadRequest,
     Forbidden,
-    ProjectLimit,
     ProjectNotFound,
-    TenantExists,
     TenantNotFound,
 )
-from app.kit.ids import InvalidId, validate_project_slug
+from app.kit import redaction
 from app.models import Project, Tenant
-from app.notes import service as notes_service
 from app.tenancy import (
     ADMIN,
-    ALL_SCOPES,
     WRITE,
     Scope,
     TenantScope,
-    mint,
-    scope_for_project,
     tenant_for_admin,
 )
 from app.tenants import repository as repo
-from app.usage import service as usage_service
 
 DEFAULT_PROJECT = "default"
-MAX_TENANT_NAME = 200
 
 
-@dataclass(slots=True)
-class NewTenant:
-    tenant: Tenant
-    key: auth_service.NewKey
-
-
-async def create_tenant(
-    session: AsyncSession, *, name: str, server_secret: str, actor: str = "admin"
-) -> NewTenant:
-    """A tenant, its default project (seeded) and a first read/write/admin key.
-
-    Runs in a system transaction; the key is returned once and never again.
-    """
-    name = name.strip()
-    if not name or len(name) > MAX_TENANT_NAME or not name.isprintable():
-        raise BadRequest(f"tenant name must be 1-{MAX_TENANT_NAME} printable characters")
-    tenant = await repo.insert_tenant(session, name)
-    if tenant is None:
-        raise TenantExists(f"a tenant named {name!r} already exists")
-    # A system transaction (row-level security lets it act for the new tenant).
-    await _make_project(session, tenant_for_admin(tenant.id), DEFAULT_PROJECT)
-    key = await auth_service.create_key(
-        session,
-        tenant_id=tenant.id,
-        name="initial",
-        scopes=list(ALL_SCOPES),
-        expires_at=None,
-        server_secret=server_secret,
-        actor=actor,
-    )
-    await audit.record(
-        session,
-        tenant_for_admin(tenant.id),
-        actor=actor,
-        action="tenant.create",
-        target=str(tenant.id),
-        detail={"name": name},
-    )
-    return NewTenant(tenant=tenant, key=key)
+async def sanitizing(session: AsyncSession, scope: Scope) -> bool:
+    """Whether the project sanitises at ingest (on unless its settings say
+    ``sanitize: false``)."""
+    return redaction.enabled(await repo.project_settings(session, scope))
 
 
 async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
@@ -111,53 +66,6 @@ async def slug_of(session: AsyncSession, tenant: TenantScope, project_id: uuid.U
     if slug is None:
         raise ProjectNotFound("the project this credential is restricted to no longer exists")
     return slug
-
-
-async def resolve_project_created(
-    session: AsyncSession,
-    tenant: TenantScope,
-    *,
-    slug: str,
-    may_create: bool = True,
-    max_projects: int | None = None,
-) -> tuple[Project, bool]:
-    """The tenant's project with this slug, and whether this call created it.
-
-    A project is made (and seeded) on first use only when ``may_create`` (the
-    caller can write) and the tenant has fewer than ``max_projects``."""
-    try:
-        validate_project_slug(slug)
-    except InvalidId as exc:
-        raise BadRequest(str(exc)) from exc
-    project = await repo.get_project(session, tenant, slug)
-    if project is not None:
-        return project, False
-    if not may_create:
-        raise ProjectNotFound(
-            f"project {slug!r} does not exist; a key with the 'write' scope creates it on first use"
-        )
-    if max_projects is not None and await repo.count_projects(session, tenant) >= max_projects:
-        raise ProjectLimit(f"this tenant already has the maximum of {max_projects} projects")
-    return await _make_project(session, tenant, slug)
-
-
-async def _make_project(
-    session: AsyncSession, tenant: TenantScope, slug: str
-) -> tuple[Project, bool]:
-    project = await repo.insert_project(session, tenant, slug)
-    if project is None:  # created concurrently; it is seeded by its creator
-        found = await repo.get_project(session, tenant, slug)
-        assert found is not None
-        return found, False
-    scope = scope_for_project(project.tenant_id, project.id, project.slug)
-    await notes_service.seed_system_docs(session, scope)
-    return project, True
-
-
-async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:
-    """A tenant's usage and quotas, for the operator."""
-    await get_tenant(session, tenant_id)
-    return await usage_service.usage(session, tenant_for_admin(tenant_id), redis)
 
 
 async def set_quotas(
@@ -214,30 +122,28 @@ def check_lock(tenant: TenantScope, project_id: uuid.UUID, slug: str) -> None:
         raise Forbidden(f"this credential is restricted to another project than '{slug}'")
 
 
-async def scope_for_key(
-    session: AsyncSession,
-    *,
-    presented: str,
-    server_secret: str,
-    slug: str | None,
-    max_projects: int | None,
-) -> Scope:
-    """An API key resolved outside an HTTP request (keep's storage backend):
-    its tenant bound to the transaction, and its project chosen and made as
-    for a request (``slug`` as the X-Project header) — exactly the scope the
-    same key gets from the REST API."""
-    credential = await auth_service.resolve_credential(
-        session, presented=presented, server_secret=server_secret, keyring=None
-    )
-    tenant = credential.tenant
-    await tenancy.bind(session, tenant)
-    slug = await project_slug_for(session, tenant, credential.project_slug, slug)
-    project, _ = await resolve_project_created(
-        session,
-        tenant,
-        slug=slug,
-        may_create=may_create_projects(tenant),
-        max_projects=max_projects,
-    )
-    check_lock(tenant, project.id, slug)
-    return mint(tenant, project_id=project.id, project_slug=slug)
+async def get_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project:
+    project = await repo.get_project(session, tenant, slug)
+    if project is None:
+        raise ProjectNotFound(f"project {slug!r} does not exist")
+    return project
+
+
+async def delete_project(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> int:
+    """Delete a project and every row of it (cascades); the notes it held."""
+    return await repo.delete_project(session, tenant, project_id)
+
+
+async def delete_tenant(session: AsyncSession, tenant: TenantScope) -> None:
+    """Delete a tenant and every row of it (cascades)."""
+    await repo.delete_tenant(session, tenant)
+
+
+async def add_tenant(session: AsyncSession, *, name: str) -> Tenant | None:
+    """A new tenant row (None: the name is taken)."""
+    return await repo.insert_tenant(session, name)
+
+
+async def add_project(session: AsyncSession, tenant: TenantScope, *, slug: str) -> Project | None:
+    """A new project row (None: made concurrently)."""
+    return await repo.insert_project(session, tenant, slug)

@@ -6,6 +6,7 @@ UTC)."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -49,3 +50,13 @@ async def usage(session: AsyncSession, tenant: TenantScope, redis: Any) -> dict[
         "jobs_today": await repo.jobs_on(session, tenant, utcnow().date()),
         "quotas": {QUOTA_NAMES[k]: v for k, v in quotas.items()},
     }
+
+
+async def stored(session: AsyncSession, tenant: TenantScope) -> tuple[int, int]:
+    """(notes, bytes) the tenant holds."""
+    return await repo.stored(session, tenant)
+
+
+async def drop_days_before(session: AsyncSession, *, day: date) -> None:
+    """Forget daily counts older than ``day`` (system transaction: every tenant)."""
+    await repo.drop_days_before(session, day)

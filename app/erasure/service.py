@@ -11,27 +11,26 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.audit import repository as audit
-from app.auth import repository as keys
-from app.errors import BadRequest, ProjectNotFound, TenantNotFound
-from app.oauth import repository as oauth
+from app.audit import repository as audit_log
+from app.audit import service as audit
+from app.auth import service as keys
+from app.errors import BadRequest
+from app.oauth import service as oauth
 from app.tenancy import Scope, tenant_for_admin
-from app.tenants import repository as repo
-from app.usage import repository as usage
+from app.tenants import service as tenants
+from app.usage import service as usage
 
 
 async def erase_project(session: AsyncSession, scope: Scope, slug: str) -> uuid.UUID:
     """Erase one of the caller's tenant's projects; returns its id."""
-    project = await repo.get_project(session, scope, slug)
-    if project is None:
-        raise ProjectNotFound(f"project {slug!r} does not exist")
+    project = await tenants.get_project(session, scope, slug)
     if scope.project_lock is not None or scope.tag_terms:
         raise BadRequest("a restricted credential cannot erase a project")
-    revoked = await keys.delete_keys_of_project(session, scope, project.id)
-    await oauth.delete_of_project(session, scope, project.id)
-    await audit.prune(session, scope, project_id=project.id)
-    notes = await repo.delete_project(session, scope, project.id)
-    await audit.record(
+    revoked = await keys.erase_keys_of_project(session, scope, project_id=project.id)
+    await oauth.erase_project(session, scope, project_id=project.id)
+    await audit.erase(session, scope, project_id=project.id)
+    notes = await tenants.delete_project(session, scope, project.id)
+    await audit_log.record(
         session,
         scope,
         actor=scope.actor,
@@ -51,14 +50,13 @@ class ErasedTenant:
 
 async def erase_tenant(session: AsyncSession, tenant_id: uuid.UUID, *, actor: str) -> ErasedTenant:
     """Erase a tenant (operator: a system transaction)."""
-    if await repo.get_tenant(session, tenant_id) is None:
-        raise TenantNotFound(f"tenant not found: {tenant_id}")
+    await tenants.get_tenant(session, tenant_id)
     tenant = tenant_for_admin(tenant_id)
     key_ids = await keys.key_ids(session, tenant)
     notes, stored = await usage.stored(session, tenant)
-    await audit.prune(session, tenant)
-    await repo.delete_tenant(session, tenant)
-    await audit.record(
+    await audit.erase(session, tenant)
+    await tenants.delete_tenant(session, tenant)
+    await audit_log.record(
         session,
         tenant,
         actor=actor,
