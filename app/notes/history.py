@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,6 +15,7 @@ from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.ids import NOW_ID, is_now_id, is_part_id
 from app.kit.timeutil import keep_ts, utcnow
+from app.models import Note, NoteVersion
 from app.notes import edges
 from app.notes import repository as repo
 from app.notes.common import tag_error, valid_id
@@ -109,6 +111,25 @@ async def move(
     The source keeps what did not match; emptied, it is deleted (``now`` is
     reset to its template instead).
     """
+    target_id, source_id, wanted = _move_ids(name=name, source=source, tags=tags)
+    src = await repo.get(session, scope, source_id, lock=True, fts=True)
+    if src is None:
+        raise NoteNotFound(f"source note not found: {source}")
+    chosen = await _choose(session, scope, source_id, src, wanted, only_current=only_current)
+    now = utcnow()
+    await _write_target(session, scope, target_id, source_id, src, chosen, now=now)
+    await _trim_source(session, scope, source_id, chosen, only_current=only_current, now=now)
+    moved = await _sync_edges(session, scope, target_id=target_id, source_id=source_id)
+    return note_view(moved, changed=True)
+
+
+# -- move's steps, in order -----------------------------------------------------
+
+
+def _move_ids(
+    *, name: str, source: str, tags: Mapping[str, Any] | None
+) -> tuple[str, str, dict[str, list[str]]]:
+    """The target's and the source's ids, checked, and the tag filter."""
     if not name:
         raise BadRequest("name cannot be empty")
     target_id = valid_id(name, "name")
@@ -121,58 +142,71 @@ async def move(
         wanted = tagrules.parse_value_map(tags)
     except tagrules.InvalidTags as exc:
         raise tag_error(exc) from exc
-    src = await repo.get(session, scope, source_id, lock=True, fts=True)
-    if src is None:
-        raise NoteNotFound(f"source note not found: {source}")
-    history = [] if only_current else list(await repo.all_versions(session, scope, source_id))
-    moved_history = [v for v in history if tagrules.matches(v.tags, wanted)]
-    current_moves = tagrules.matches(src.tags, wanted)
-    if not moved_history and not current_moves:
-        raise BadRequest("no versions of the source match the tag filter")
+    return target_id, source_id, wanted
 
-    now = utcnow()
-    entries: list[dict[str, Any]] = [
-        {
-            "summary": v.summary,
-            "tags": v.tags,
-            "content_hash": v.content_hash,
-            "created_at": v.created_at,
-            "updated_at": v.updated_at,
-            "fts": v.fts,
-        }
-        for v in moved_history
-    ]
-    if current_moves:
-        entries.append(
-            {
-                "summary": src.summary,
-                "tags": src.tags,
-                "content_hash": src.content_hash,
-                "created_at": src.created_at,
-                "updated_at": src.updated_at,
-                "fts": src.fts,
-            }
-        )
+
+@dataclass(frozen=True, slots=True)
+class _Chosen:
+    """The versions a move takes from its source."""
+
+    history: list[NoteVersion]  # the source's archived versions (none with only_current)
+    moved: list[NoteVersion]  # those of them that match the filter, oldest first
+    current: bool  # whether the source's current version matches too
+
+
+async def _choose(
+    session: AsyncSession,
+    scope: Scope,
+    source_id: str,
+    src: Note,
+    wanted: dict[str, list[str]],
+    *,
+    only_current: bool,
+) -> _Chosen:
+    """The source's versions that match the tag filter (at least one must)."""
+    history = [] if only_current else list(await repo.all_versions(session, scope, source_id))
+    moved = [v for v in history if tagrules.matches(v.tags, wanted)]
+    current = tagrules.matches(src.tags, wanted)
+    if not moved and not current:
+        raise BadRequest("no versions of the source match the tag filter")
+    return _Chosen(history=history, moved=moved, current=current)
+
+
+def _entry(row: Note | NoteVersion) -> dict[str, Any]:
+    """A version's values as the target's history stores them."""
+    return {
+        "summary": row.summary,
+        "tags": row.tags,
+        "content_hash": row.content_hash,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "fts": row.fts,
+    }
+
+
+async def _write_target(
+    session: AsyncSession,
+    scope: Scope,
+    target_id: str,
+    source_id: str,
+    src: Note,
+    chosen: _Chosen,
+    *,
+    now: datetime,
+) -> None:
+    """The newest chosen version becomes the target's current one (an existing
+    target's current is archived first); the others are numbered on top of the
+    target's history."""
+    entries = [_entry(v) for v in chosen.moved]
+    if chosen.current:
+        entries.append(_entry(src))
     head = entries.pop()
     target = await repo.get(session, scope, target_id, lock=True)
     if target is not None:
         archived = await repo.archive_current(session, scope, target_id)
         await vectors.archive_note_vectors(session, scope, target_id, archived)
     base_version = await repo.max_version(session, scope, target_id) + 1 if target else 1
-    head_tags = {**head["tags"], "_saved_from": source_id, "_saved_at": keep_ts(now)}
-    head_user, _ = split_system(head_tags)
-    head_values = {
-        "summary": head["summary"],
-        "tags": head_tags,
-        "tag_index": tagrules.index_terms(head_user),
-        "content_hash": head["content_hash"],
-        "content_type": src.content_type,
-        "source": src.source,
-        "updated_at": now,
-        "accessed_at": now,
-        "pending_content": None,
-        "fts": head["fts"],
-    }
+    head_values = _head_values(head, source_id, src, now=now)
     if target is None:
         await repo.insert_note(
             session,
@@ -197,41 +231,82 @@ async def move(
         [{**e, "version": base_version + i} for i, e in enumerate(entries)],
     )
 
-    # What is left of the source.
-    moved_numbers = [v.version for v in moved_history]
+
+def _head_values(
+    head: dict[str, Any], source_id: str, src: Note, *, now: datetime
+) -> dict[str, Any]:
+    """The target's current values from the newest moved version, marked with
+    where and when it was saved from."""
+    head_tags = {**head["tags"], "_saved_from": source_id, "_saved_at": keep_ts(now)}
+    head_user, _ = split_system(head_tags)
+    return {
+        "summary": head["summary"],
+        "tags": head_tags,
+        "tag_index": tagrules.index_terms(head_user),
+        "content_hash": head["content_hash"],
+        "content_type": src.content_type,
+        "source": src.source,
+        "updated_at": now,
+        "accessed_at": now,
+        "pending_content": None,
+        "fts": head["fts"],
+    }
+
+
+async def _trim_source(
+    session: AsyncSession,
+    scope: Scope,
+    source_id: str,
+    chosen: _Chosen,
+    *,
+    only_current: bool,
+    now: datetime,
+) -> None:
+    """What is left of the source: the moved versions go; when its current
+    one moved, its newest remaining version is restored, or (none left) the
+    note is deleted (``now`` is recreated from its template)."""
+    moved_numbers = [v.version for v in chosen.moved]
     await repo.delete_versions(session, scope, source_id, moved_numbers)
     await vectors.delete_versions(session, scope, source_id, moved_numbers)
-    if current_moves:
-        remaining = [v for v in history if v not in moved_history]
-        if only_current:
-            remaining = list(await repo.all_versions(session, scope, source_id))
-        if remaining:
-            newest = remaining[-1]
-            await repo.update_note(
-                session,
-                scope,
-                source_id,
-                values={
-                    "summary": newest.summary,
-                    "tags": newest.tags,
-                    "tag_index": tagrules.index_terms(split_system(newest.tags)[0]),
-                    "content_hash": newest.content_hash,
-                    "updated_at": now,
-                    "pending_content": None,
-                    "fts": newest.fts,
-                },
-            )
-            await repo.delete_versions(session, scope, source_id, [newest.version])
-            # The restored version's vector becomes the note's (or none: reindexed later).
-            await vectors.restore_version_vectors(session, scope, source_id, newest.version)
-        else:
-            await jobs.cancel_for_note(session, scope, source_id)
-            await repo.delete_note(session, scope, source_id)
-            if is_now_id(source_id):
-                await create_now(session, scope, source_id)
-        await feed.record(
-            session, scope, mutation="doc_update", entity_id=source_id, kind=EventKind.MOVE
+    if not chosen.current:
+        return
+    remaining = [v for v in chosen.history if v not in chosen.moved]
+    if only_current:
+        remaining = list(await repo.all_versions(session, scope, source_id))
+    if remaining:
+        newest = remaining[-1]
+        await repo.update_note(
+            session,
+            scope,
+            source_id,
+            values={
+                "summary": newest.summary,
+                "tags": newest.tags,
+                "tag_index": tagrules.index_terms(split_system(newest.tags)[0]),
+                "content_hash": newest.content_hash,
+                "updated_at": now,
+                "pending_content": None,
+                "fts": newest.fts,
+            },
         )
+        await repo.delete_versions(session, scope, source_id, [newest.version])
+        # The restored version's vector becomes the note's (or none: reindexed later).
+        await vectors.restore_version_vectors(session, scope, source_id, newest.version)
+    else:
+        await jobs.cancel_for_note(session, scope, source_id)
+        await repo.delete_note(session, scope, source_id)
+        if is_now_id(source_id):
+            await create_now(session, scope, source_id)
+    await feed.record(
+        session, scope, mutation="doc_update", entity_id=source_id, kind=EventKind.MOVE
+    )
+
+
+async def _sync_edges(
+    session: AsyncSession, scope: Scope, *, target_id: str, source_id: str
+) -> Note:
+    """Both notes' tag edges as they now stand (the source's gone if it is);
+    the target as moved."""
     moved = await repo.get(session, scope, target_id)
     assert moved is not None
     await edges.sync_tag_edges(session, scope, target_id, split_system(moved.tags)[0])
@@ -240,7 +315,7 @@ async def move(
         await edges.forget_note(session, scope, source_id)
     else:
         await edges.sync_tag_edges(session, scope, source_id, split_system(left.tags)[0])
-    return note_view(moved, changed=True)
+    return moved
 
 
 # -- versions and parts -------------------------------------------------------------

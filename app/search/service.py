@@ -156,6 +156,43 @@ async def find(
     data: FindInput,
 ) -> SearchResult:
     """Notes (and parts, versions) for a query or like a given note, best first."""
+    _check(data)
+    opened = await _open(session, scope, data, model=embedder.model_id)
+    if data.similar_to:
+        run = await _similar(session, scope, data, opened, raw=data.similar_to)
+    else:
+        run = await _stages(session, scope, data, opened, embedder=embedder, cache=cache)
+    neighbours: dict[str, tuple[str | None, str | None]] = {}
+    if not data.similar_to:
+        with timed("context"):
+            neighbours = await _timeline(
+                session, scope, run.found, run.stages, run.filters, run.vector, opened.model
+            )
+    explained: dict[Key, ranking.Explained] | None = {} if data.explain else None
+    top = _rank(data, run, neighbours, _half_life(data, opened.settings), explained)
+    with timed("views"):
+        keyed = await _views(session, scope, top)
+    items = [(view, score) for _, view, score in keyed]
+    why = _why(data, keyed, explained)
+    groups = []
+    if data.deep:
+        anchor_ids = [] if data.include_self or not data.similar_to else [run.anchor]
+        with timed("deep"):
+            groups = await _deep(session, scope, data, items, run.vector, opened.model, anchor_ids)
+    return SearchResult(
+        items=items,
+        pending_embedding=opened.pending,
+        mode=run.mode,
+        deep_groups=groups,
+        explained=why,
+    )
+
+
+# -- find's steps, in order -----------------------------------------------------
+
+
+def _check(data: FindInput) -> None:
+    """Refuse what find does not take (before any statement runs)."""
     if bool(data.query and data.query.strip()) == bool(data.similar_to):
         raise BadRequest("find needs exactly one of query and similar_to")
     if not 1 <= data.limit <= 100:
@@ -168,13 +205,30 @@ async def find(
         raise BadRequest("half_life_days must be >= 0 (0 turns decay off)")
     if not 1 <= data.deep_follow_depth <= 100:
         raise BadRequest("deep_follow_depth must be between 1 and 100")
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """What the find works with once opened: the kinds and filters asked for,
+    how many candidates a stage gathers, and the opening statement's answers."""
+
+    model: str
+    kinds: list[str]
+    wide: int  # candidates a stage gathers
+    filters: repo.Filters
+    opening: repo.Opening
+    settings: dict[str, Any]  # the project's
+    pending: int  # the project's open embed and reindex jobs
+
+
+async def _open(session: AsyncSession, scope: Scope, data: FindInput, *, model: str) -> _Opened:
+    """The scope's kinds and filters, then one statement: whether there are
+    vectors and which path the vector stage takes, the project's settings, its
+    pending work, the planner's settings."""
     kinds = ["note"] + (["part"] if data.include_parts else [])
     kinds += ["version"] if data.include_versions else []
-    model = embedder.model_id
     wide = max(data.limit * 10, 200)
     filters = _filters(data, [])
-    # One statement: whether there are vectors and which path the vector stage
-    # takes, the project's settings, its pending work, the planner's settings.
     size_key = (scope.tenant_id, scope.project_id, model)
     now = time.monotonic()
     counted = _big_since.get(size_key)
@@ -193,91 +247,148 @@ async def find(
         )
     if opening.big and not known_big:
         _big_since.put(size_key, now)
-    settings, pending = dict(opening.extra[0] or {}), int(opening.extra[1] or 0)
-    found: dict[Key, Candidate] = {}
-    used_vector: list[float] | None = None
-    anchor = ""
-    question = ranking.Question()
+    return _Opened(
+        model=model,
+        kinds=kinds,
+        wide=wide,
+        filters=filters,
+        opening=opening,
+        settings=dict(opening.extra[0] or {}),
+        pending=int(opening.extra[1] or 0),
+    )
 
-    if data.similar_to:
-        try:
-            anchor = normalize_id(data.similar_to)
-        except InvalidId as exc:
-            raise BadRequest(f"invalid similar_to: {exc}") from exc
-        if await notes.get(session, scope, anchor) is None:
-            raise NoteNotFound(f"note not found: {data.similar_to}")
-        vector = await vectors.vector_of(session, scope, anchor, model)
-        if vector is None:
-            raise NotEmbeddedYet(f"note {anchor!r} is not embedded yet; try again shortly")
-        used_vector = list(vector)
-        if not data.include_self:
-            filters = dataclasses.replace(filters, exclude_ids=[anchor])
-        hits, _ = await repo.semantic(
+
+@dataclass(slots=True)
+class _Run:
+    """What the stages found, and how they ran."""
+
+    found: dict[Key, Candidate]
+    filters: repo.Filters  # the opening's, less the anchor unless include_self
+    vector: list[float] | None  # the question's or the anchor's, when a vector stage ran
+    mode: str  # the mode reported: similar | hybrid | vector | text
+    stages: str  # the stages whose scores blend: hybrid | vector | text
+    question: ranking.Question = field(default_factory=ranking.Question)
+    anchor: str = ""  # similar_to, normalized
+
+
+async def _similar(
+    session: AsyncSession, scope: Scope, data: FindInput, opened: _Opened, *, raw: str
+) -> _Run:
+    """The vector stage from the anchor note's own vector (it must exist and be embedded)."""
+    try:
+        anchor = normalize_id(raw)
+    except InvalidId as exc:
+        raise BadRequest(f"invalid similar_to: {exc}") from exc
+    if await notes.get(session, scope, anchor) is None:
+        raise NoteNotFound(f"note not found: {raw}")
+    vector = await vectors.vector_of(session, scope, anchor, opened.model)
+    if vector is None:
+        raise NotEmbeddedYet(f"note {anchor!r} is not embedded yet; try again shortly")
+    used_vector = list(vector)
+    filters = opened.filters
+    if not data.include_self:
+        filters = dataclasses.replace(filters, exclude_ids=[anchor])
+    hits, _ = await repo.semantic(
+        session,
+        scope,
+        vector=vector,
+        model=opened.model,
+        kinds=opened.kinds,
+        filters=filters,
+        limit=opened.wide,
+        big=opened.opening.big,
+    )
+    found: dict[Key, Candidate] = {}
+    _gather(found, hits, "cosine")
+    return _Run(found, filters, used_vector, "similar", "vector", anchor=anchor)
+
+
+async def _stages(
+    session: AsyncSession,
+    scope: Scope,
+    data: FindInput,
+    opened: _Opened,
+    *,
+    embedder: Embedder,
+    cache: QueryCache,
+) -> _Run:
+    """The question's stages: full text, while the question's vector is
+    computed (on the model's own thread), then the vector stage."""
+    query = (data.query or "").strip()
+    question = ranking.Question.read(query)
+    found: dict[Key, Candidate] = {}
+    wants_vector = data.stages in ("hybrid", "vector") and opened.opening.vectors > 0
+    embedding = asyncio.ensure_future(cache.get(embedder, query)) if wants_vector else None
+    try:
+        if data.stages in ("hybrid", "text"):
+            with timed("text"):
+                stage = await _full_text(
+                    session, scope, query, opened.kinds, opened.filters, data.limit
+                )
+            _gather(found, stage, "text")
+    except BaseException:
+        if embedding is not None:
+            embedding.cancel()
+        raise
+    used_vector = None
+    if embedding is not None:
+        used_vector = await _vector_stage(session, scope, data, opened, found, embedding)
+    stages = data.stages if used_vector is not None else "text"
+    mode = {"hybrid": "hybrid" if used_vector is not None else "text"}.get(data.stages, data.stages)
+    return _Run(found, opened.filters, used_vector, mode, stages, question=question)
+
+
+async def _vector_stage(
+    session: AsyncSession,
+    scope: Scope,
+    data: FindInput,
+    opened: _Opened,
+    found: dict[Key, Candidate],
+    embedding: asyncio.Future[list[float]],
+) -> list[float]:
+    """The vector stage from the question's vector; the text hits it does not
+    return get their cosine too (0 when not embedded yet)."""
+    with timed("embed"):
+        vector = list(await embedding)
+    with timed("vector"):
+        hits, near = await repo.semantic(
             session,
             scope,
             vector=vector,
-            model=model,
-            kinds=kinds,
-            filters=filters,
-            limit=wide,
-            big=opening.big,
+            model=opened.model,
+            kinds=opened.kinds,
+            filters=opened.filters,
+            limit=opened.wide,
+            big=opened.opening.big,
+            cosines_of=list(found) if data.stages == "hybrid" else [],
         )
-        _gather(found, hits, "cosine")
-        mode, stages = "similar", "vector"
-    else:
-        query = (data.query or "").strip()
-        question = ranking.Question.read(query)
-        # The question's vector is computed (on the model's own thread) while
-        # the full-text stage runs.
-        wants_vector = data.stages in ("hybrid", "vector") and opening.vectors > 0
-        embedding = asyncio.ensure_future(cache.get(embedder, query)) if wants_vector else None
-        try:
-            if data.stages in ("hybrid", "text"):
-                with timed("text"):
-                    stage = await _full_text(session, scope, query, kinds, filters, data.limit)
-                _gather(found, stage, "text")
-        except BaseException:
-            if embedding is not None:
-                embedding.cancel()
-            raise
-        if embedding is not None:
-            with timed("embed"):
-                used_vector = list(await embedding)
-            with timed("vector"):
-                # Text hits the vector stage does not return get their cosine too.
-                hits, near = await repo.semantic(
-                    session,
-                    scope,
-                    vector=used_vector,
-                    model=model,
-                    kinds=kinds,
-                    filters=filters,
-                    limit=wide,
-                    big=opening.big,
-                    cosines_of=list(found) if data.stages == "hybrid" else [],
-                )
-            _gather(found, hits, "cosine")
-            for key, c in found.items():
-                if c.cosine is None:
-                    c.cosine = near.get(key, 0.0)  # 0: not embedded yet
-        stages = data.stages if used_vector is not None else "text"
-        mode = {"hybrid": "hybrid" if used_vector is not None else "text"}.get(
-            data.stages, data.stages
-        )
+    _gather(found, hits, "cosine")
+    for key, c in found.items():
+        if c.cosine is None:
+            c.cosine = near.get(key, 0.0)  # 0: not embedded yet
+    return vector
 
-    neighbours: dict[str, tuple[str | None, str | None]] = {}
-    if not data.similar_to:
-        with timed("context"):
-            neighbours = await _timeline(session, scope, found, stages, filters, used_vector, model)
+
+def _half_life(data: FindInput, settings: Mapping[str, Any]) -> float:
+    """The recency half-life in days: the query's, else the project's (0: no decay)."""
     half_life = float(settings.get("decay_half_life_days", DEFAULT_HALF_LIFE_DAYS) or 0)
-    if data.half_life_days is not None:
-        half_life = data.half_life_days
-    explained: dict[Key, ranking.Explained] | None = {} if data.explain else None
+    return data.half_life_days if data.half_life_days is not None else half_life
+
+
+def _rank(
+    data: FindInput,
+    run: _Run,
+    neighbours: Mapping[str, tuple[str | None, str | None]],
+    half_life: float,
+    explained: dict[Key, ranking.Explained] | None,
+) -> list[tuple[Key, float]]:
+    """The page: ranked (relevance, context, dates, recency), then biased (a
+    weight of 0 drops the note), best first, ``limit`` of them, scores as shown."""
     final = ranking.rank(
-        found,
-        ranking.relevance(found.values(), stages),
+        run.found,
+        ranking.relevance(run.found.values(), run.stages),
         neighbours=neighbours,
-        question=question,
+        question=run.question,
         half_life_days=half_life,
         explain=explained,
     )
@@ -288,21 +399,18 @@ async def find(
             continue
         scored.append((key, score * weight))
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
-    top = [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
-    with timed("views"):
-        keyed = await _views(session, scope, top)
-    items = [(view, score) for _, view, score in keyed]
-    why = None
-    if explained is not None:
-        why = [(explained[key], data.bias.get(key[0], 1.0)) for key, _, _ in keyed]
-    groups = []
-    if data.deep:
-        anchor_ids = [] if data.include_self or not data.similar_to else [anchor]
-        with timed("deep"):
-            groups = await _deep(session, scope, data, items, used_vector, model, anchor_ids)
-    return SearchResult(
-        items=items, pending_embedding=pending, mode=mode, deep_groups=groups, explained=why
-    )
+    return [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
+
+
+def _why(
+    data: FindInput,
+    keyed: list[tuple[Key, ItemView, float]],
+    explained: dict[Key, ranking.Explained] | None,
+) -> list[tuple[ranking.Explained, float]] | None:
+    """With explain: each shown item's explanation, with the bias applied last."""
+    if explained is None:
+        return None
+    return [(explained[key], data.bias.get(key[0], 1.0)) for key, _, _ in keyed]
 
 
 async def _full_text(
