@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, NoteNotFound
-from app.jobs import repository as jobs
+from app.jobs import outbox
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.ids import NOW_ID, is_now_id, is_part_id
@@ -69,7 +69,7 @@ async def delete(
             await repo.delete_versions(session, scope, note_id, [previous.version])
             await repo.delete_parts(session, scope, note_id)
             await vectors.delete_for_note(session, scope, note_id, kind="part")
-            await jobs.cancel_for_note(session, scope, note_id)
+            await outbox.cancel_for_note(session, scope, note_id=note_id)
             await feed.record(
                 session, scope, mutation="version_delete", entity_id=note_id, kind=None
             )
@@ -78,7 +78,7 @@ async def delete(
             )
             await edges.sync_tag_edges(session, scope, note_id, split_system(previous.tags)[0])
             return DeleteResult(deleted=note_id, reverted=True, item=note_view(restored))
-    await jobs.cancel_for_note(session, scope, note_id)
+    await outbox.cancel_for_note(session, scope, note_id=note_id)
     await repo.delete_note(session, scope, note_id)
     await edges.forget_note(session, scope, note_id)
     await feed.record(
@@ -293,7 +293,7 @@ async def _trim_source(
         # The restored version's vector becomes the note's (or none: reindexed later).
         await vectors.restore_version_vectors(session, scope, source_id, newest.version)
     else:
-        await jobs.cancel_for_note(session, scope, source_id)
+        await outbox.cancel_for_note(session, scope, note_id=source_id)
         await repo.delete_note(session, scope, source_id)
         if is_now_id(source_id):
             await create_now(session, scope, source_id)
