@@ -174,7 +174,7 @@ async def current_scope(
         await auth_service.record_use(session, tenant)
     await _daily_quotas(request, session, tenant, caches)
     slug = await tenants_service.project_slug_for(
-        session, tenant, credential.project_slug, x_project
+        session, tenant, forced=credential.project_slug, asked=x_project
     )
     project_id = caches.projects.get((tenant.tenant_id, slug))
     if project_id is None:
@@ -205,7 +205,7 @@ async def _daily_quotas(
     requests, jobs = limits
     await ratelimit.count_day(request.app.state.redis, tenant_id=tenant.tenant_id, limit=requests)
     if jobs is not None and audit.is_write(request):
-        await usage.check_jobs(session, tenant, jobs)
+        await usage.check_jobs(session, tenant, limit=jobs)
 
 
 def require(permission: str) -> Callable[..., Coroutine[Any, Any, Scope]]:

@@ -121,7 +121,7 @@ async def _make_project(
 async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:
     """A tenant's usage and quotas, for the operator."""
     await get_tenant(session, tenant_id)
-    return await usage_service.usage(session, tenant_for_admin(tenant_id), redis)
+    return await usage_service.usage(session, tenant_for_admin(tenant_id), redis=redis)
 
 
 async def scope_for_key(
@@ -141,7 +141,7 @@ async def scope_for_key(
     )
     tenant = credential.tenant
     await tenancy.bind(session, tenant)
-    slug = await project_slug_for(session, tenant, credential.project_slug, slug)
+    slug = await project_slug_for(session, tenant, forced=credential.project_slug, asked=slug)
     project, _ = await resolve_project_created(
         session,
         tenant,

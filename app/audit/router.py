@@ -51,7 +51,7 @@ async def audit(
     rows = await service.entries(
         session,
         scope,
-        repo.AuditQuery(
+        query=repo.AuditQuery(
             action=action, actor=actor, target=target, outcome=outcome, project_id=project_id,
             since=_instant(since, "since"), until=_instant(until, "until"),
             before_id=cursor, limit=limit,

@@ -19,7 +19,7 @@ from app.tenancy import TenantScope
 
 
 async def entries(
-    session: AsyncSession, scope: TenantScope, query: repo.AuditQuery
+    session: AsyncSession, scope: TenantScope, *, query: repo.AuditQuery
 ) -> Sequence[AuditLog]:
     return await repo.entries(session, scope, query)
 

@@ -7,9 +7,14 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-# The migrations ship inside the package (app/migrations), so an installed
-# keepmem migrates without a source checkout.
-SCRIPTS = Path(__file__).resolve().parent.parent / "migrations"
+# The migrations' source is the checkout's top-level alembic/ (beside
+# alembic.ini); the wheel ships the same files inside the package as
+# app/migrations (pyproject.toml's package-dir), so an installed keepmem
+# migrates without a source checkout. An editable install or a checkout has
+# no app/migrations and reads alembic/.
+_APP = Path(__file__).resolve().parent.parent
+_INSTALLED, _CHECKOUT = _APP / "migrations", _APP.parent / "alembic"
+SCRIPTS = _INSTALLED if (_INSTALLED / "env.py").is_file() else _CHECKOUT
 
 
 def alembic_config(owner_url: str, app_role: str) -> Config:

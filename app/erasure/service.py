@@ -21,15 +21,15 @@ from app.tenants import service as tenants
 from app.usage import service as usage
 
 
-async def erase_project(session: AsyncSession, scope: Scope, slug: str) -> uuid.UUID:
+async def erase_project(session: AsyncSession, scope: Scope, *, slug: str) -> uuid.UUID:
     """Erase one of the caller's tenant's projects; returns its id."""
-    project = await tenants.get_project(session, scope, slug)
+    project = await tenants.get_project(session, scope, slug=slug)
     if scope.project_lock is not None or scope.tag_terms:
         raise BadRequest("a restricted credential cannot erase a project")
     revoked = await keys.erase_keys_of_project(session, scope, project_id=project.id)
     await oauth.erase_project(session, scope, project_id=project.id)
     await audit.erase(session, scope, project_id=project.id)
-    notes = await tenants.delete_project(session, scope, project.id)
+    notes = await tenants.delete_project(session, scope, project_id=project.id)
     await audit_log.record(
         session,
         scope,

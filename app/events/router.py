@@ -154,7 +154,7 @@ async def list_webhooks(scope: AdminScope, session: SessionDep) -> WebhookList:
 @router.get("/webhooks/{webhook_id}", response_model=WebhookOut, summary="Get a webhook")
 async def get_webhook(webhook_id: WebhookId, scope: AdminScope, session: SessionDep) -> WebhookOut:
     """One webhook of the project."""
-    return WebhookOut.of(await webhooks.get(session, scope, webhook_id))
+    return WebhookOut.of(await webhooks.get(session, scope, webhook_id=webhook_id))
 
 
 @router.patch("/webhooks/{webhook_id}", response_model=WebhookOut, summary="Change a webhook")
@@ -169,7 +169,7 @@ async def update_webhook(
     and resume: a paused webhook's changes wait for it."""
     changes = body.model_dump(exclude_none=True)
     hook = await webhooks.update(
-        session, scope, webhook_id, changes=changes, policy=_policy(settings)
+        session, scope, webhook_id=webhook_id, changes=changes, policy=_policy(settings)
     )
     return WebhookOut.of(hook)
 
@@ -177,7 +177,7 @@ async def update_webhook(
 @router.delete("/webhooks/{webhook_id}", status_code=204, summary="Delete a webhook")
 async def delete_webhook(webhook_id: WebhookId, scope: AdminScope, session: SessionDep) -> None:
     """Delete a webhook; its queued deliveries are not sent."""
-    await webhooks.delete(session, scope, webhook_id)
+    await webhooks.delete(session, scope, webhook_id=webhook_id)
 
 
 @router.post(
@@ -187,7 +187,9 @@ async def ping_webhook(
     webhook_id: WebhookId, scope: AdminScope, session: SessionDep, settings: SettingsDep
 ) -> JobOut:
     """Queue a delivery of one `ping` event, to try the receiver."""
-    job = await webhooks.ping(session, scope, webhook_id, attempts=settings.webhook_max_attempts)
+    job = await webhooks.ping(
+        session, scope, webhook_id=webhook_id, attempts=settings.webhook_max_attempts
+    )
     return JobOut.of(job)
 
 
@@ -203,5 +205,7 @@ async def list_deliveries(
 ) -> DeliveryList:
     """The webhook's deliveries, newest first, with attempts, the last error
     and, once done, the receiver's status."""
-    rows = await webhooks.deliveries(session, scope, webhook_id, status=status, limit=limit)
+    rows = await webhooks.deliveries(
+        session, scope, webhook_id=webhook_id, status=status, limit=limit
+    )
     return DeliveryList(deliveries=[JobOut.of(j) for j in rows])

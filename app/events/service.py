@@ -92,7 +92,7 @@ def _event(scope: Scope, change: Change, note: Note | None) -> dict[str, Any] | 
 
 
 async def render(
-    session: AsyncSession, scope: Scope, changes: Sequence[Change]
+    session: AsyncSession, scope: Scope, *, changes: Sequence[Change]
 ) -> list[dict[str, Any]]:
     """The events of ``changes`` the scope may see, oldest first."""
     if not changes:
@@ -112,7 +112,7 @@ async def read(
     )
     if not changes:
         return [], cursor, False
-    events = [e for e in await render(session, scope, changes) if watch.wants(e)]
+    events = [e for e in await render(session, scope, changes=changes) if watch.wants(e)]
     return events, changes[-1].id, len(changes) == limit
 
 

@@ -119,7 +119,7 @@ async def create(
     return hook, plain
 
 
-async def get(session: AsyncSession, scope: Scope, webhook_id: uuid.UUID) -> Webhook:
+async def get(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID) -> Webhook:
     hook = await repo.get(session, scope, webhook_id)
     if hook is None:
         raise NotFound(f"webhook not found: {webhook_id}")
@@ -133,15 +133,15 @@ async def list_for(session: AsyncSession, scope: Scope) -> list[Webhook]:
 async def update(
     session: AsyncSession,
     scope: Scope,
-    webhook_id: uuid.UUID,
     *,
+    webhook_id: uuid.UUID,
     changes: dict[str, Any],
     policy: FetchPolicy,
 ) -> Webhook:
     """Change a webhook's url, filters, description or whether it is active.
     Paused, it is handed no new changes; resumed, it gets those made while
     it was paused (nothing is skipped)."""
-    await get(session, scope, webhook_id)
+    await get(session, scope, webhook_id=webhook_id)
     values = dict(changes)
     if "url" in values:
         await _checked_url(values["url"], policy)
@@ -154,15 +154,15 @@ async def update(
     return hook
 
 
-async def delete(session: AsyncSession, scope: Scope, webhook_id: uuid.UUID) -> None:
+async def delete(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID) -> None:
     """Delete a webhook; deliveries still queued find it gone and send nothing."""
     if not await repo.remove(session, scope, webhook_id):
         raise NotFound(f"webhook not found: {webhook_id}")
 
 
-async def ping(session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, attempts: int) -> Job:
+async def ping(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID, attempts: int) -> Job:
     """Queue a delivery of one ``ping`` event (to try a receiver)."""
-    await get(session, scope, webhook_id)
+    await get(session, scope, webhook_id=webhook_id)
     event = {"id": 0, "kind": "ping", "note_id": None, "project": scope.project_slug}
     job_id = await _enqueue(session, scope, webhook_id, [event], attempts=attempts)
     job = await jobs.get(session, scope, await jobs.public_id_of(session, scope, job_id))
@@ -171,9 +171,9 @@ async def ping(session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, at
 
 
 async def deliveries(
-    session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, status: str | None, limit: int
+    session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID, status: str | None, limit: int
 ) -> list[Job]:
-    await get(session, scope, webhook_id)
+    await get(session, scope, webhook_id=webhook_id)
     return list(
         await jobs.list_jobs(
             session,
@@ -217,7 +217,7 @@ async def due(session: AsyncSession, *, limit: int = 100) -> Sequence[repo.Due]:
 
 
 async def hand_off(
-    session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, attempts: int
+    session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID, attempts: int
 ) -> int:
     """Queue the webhook's next changes as one delivery and move its cursor
     past them, in the caller's transaction (its row locked; 0 when another
@@ -232,7 +232,7 @@ async def hand_off(
     if not changes:
         return 0
     watch = watch_of(hook)
-    batch = [e for e in await events.render(session, scope, changes) if watch.wants(e)]
+    batch = [e for e in await events.render(session, scope, changes=changes) if watch.wants(e)]
     if batch:
         await _enqueue(session, scope, webhook_id, batch, attempts=attempts)
     await repo.change(session, scope, webhook_id, values={"cursor": changes[-1].id})
@@ -240,7 +240,7 @@ async def hand_off(
 
 
 async def target(
-    session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, server_secret: str
+    session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID, server_secret: str
 ) -> tuple[str, str] | None:
     """(url, secret) a delivery goes to, or None when the webhook is gone."""
     hook = await repo.get(session, scope, webhook_id)

@@ -124,8 +124,8 @@ async def envelope(db: Database, scope: Scope, *, include_system: bool) -> dict[
 async def bundle(
     session: AsyncSession,
     scope: Scope,
-    raw_id: str,
     *,
+    raw_id: str,
     include_parts: bool,
     include_versions: bool,
 ) -> dict[str, Any]:

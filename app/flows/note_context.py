@@ -71,7 +71,7 @@ async def item_context(ctx: FlowContext, raw_id: str, q: ContextQuery) -> dict[s
             similar = []
     edges: dict[str, list[dict[str, Any]]] = {}
     if q.edges_limit > 0:
-        edges = await graph.incoming(ctx.session, ctx.scope, note_id, limit=q.edges_limit)
+        edges = await graph.incoming(ctx.session, ctx.scope, note_id=note_id, limit=q.edges_limit)
     parts: list[dict[str, Any]] = []
     if q.include_parts and q.parts_limit > 0:
         for part in (await notes.parts(ctx.session, ctx.scope, raw_id=note_id))[: q.parts_limit]:

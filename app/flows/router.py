@@ -123,7 +123,7 @@ async def export_bundle(
     return await exports.bundle(
         session,
         scope,
-        note_id,
+        raw_id=note_id,
         include_parts=include_parts,
         include_versions=include_versions,
     )
@@ -149,7 +149,7 @@ async def import_(
     export (one request, so an import is never split by the rate limit).
     `merge` skips notes that exist; `replace` overwrites them."""
     done = await importing.import_documents(
-        session, scope, body.documents, mode=body.mode, limits=limits
+        session, scope, documents=body.documents, mode=body.mode, limits=limits
     )
     return ImportResult(
         imported=done.imported,

@@ -323,7 +323,7 @@ async def _edges(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
     """keep's ``edges`` binding: notes pointing here, by inverse verb."""
     if limit <= 0:
         return {"edges": {}, "count": 0}
-    grouped = await graph.incoming(ctx.session, ctx.scope, note_id, limit=limit)
+    grouped = await graph.incoming(ctx.session, ctx.scope, note_id=note_id, limit=limit)
     edges = {
         verb: [
             {"id": e["source_id"], "summary": e["summary"], "predicate": verb, "date": e["date"]}

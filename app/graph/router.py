@@ -20,7 +20,7 @@ router = api_router(prefix="/v1", tags=["graph"])
 async def note_entities(note_id: NoteIdDep, scope: ReadScope, session: SessionDep) -> NoteGraph:
     """The people, organisations, places … the note mentions (with character
     spans) and the relations between them it states (graph extraction)."""
-    return NoteGraph.model_validate(await service.note_graph(session, scope, note_id))
+    return NoteGraph.model_validate(await service.note_graph(session, scope, raw_id=note_id))
 
 
 @router.get("/entities", response_model=EntityList, summary="List entities")
@@ -46,7 +46,9 @@ async def entity_notes(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> EntityNotes:
     """The notes mentioning the entity (key as listed, e.g. `person:melanie`)."""
-    return EntityNotes.model_validate(await service.entity_notes(session, scope, key, limit=limit))
+    return EntityNotes.model_validate(
+        await service.entity_notes(session, scope, key=key, limit=limit)
+    )
 
 
 @router.get("/graph/walk", response_model=Walk, summary="Walk the graph from a note or an entity")

@@ -26,8 +26,8 @@ Node = repo.Node
 async def walk(
     session: AsyncSession,
     scope: Scope,
-    start: Sequence[Node],
     *,
+    start: Sequence[Node],
     depth: int,
     per_node: int = 20,
     max_nodes: int = 500,
@@ -66,7 +66,7 @@ def entity_key(name: str, kind: str) -> str:
 
 
 async def store_extraction(
-    session: AsyncSession, scope: Scope, note_id: str, found: Extraction
+    session: AsyncSession, scope: Scope, *, note_id: str, found: Extraction
 ) -> dict[str, int]:
     """Replace the note's entities, mentions and relations with ``found``."""
     keys = [entity_key(e.name, e.kind) for e in found.entities]
@@ -88,7 +88,7 @@ async def store_extraction(
     return {"entities": len(entities), "mentions": len(mentions), "relations": len(relations)}
 
 
-async def note_graph(session: AsyncSession, scope: Scope, raw_id: str) -> dict[str, Any]:
+async def note_graph(session: AsyncSession, scope: Scope, *, raw_id: str) -> dict[str, Any]:
     """A note's entities (with spans) and the relations extracted from it."""
     note_id = _note_or_404(raw_id)
     if await notes.get(session, scope, note_id) is None:
@@ -123,7 +123,7 @@ async def entities(
 
 
 async def entity_notes(
-    session: AsyncSession, scope: Scope, key: str, *, limit: int
+    session: AsyncSession, scope: Scope, *, key: str, limit: int
 ) -> dict[str, Any]:
     found = await repo.entity(session, scope, key)
     if found is None:
@@ -163,7 +163,7 @@ async def walk_from(
         start = ("entity", entity or "")
         if await repo.entity(session, scope, start[1]) is None:
             raise EntityNotFound(f"entity not found: {entity}")
-    reached = (await walk(session, scope, [start], depth=depth, max_nodes=limit))[start]
+    reached = (await walk(session, scope, start=[start], depth=depth, max_nodes=limit))[start]
     ordered = sorted(reached.items(), key=lambda kv: (kv[1][0], kv[0]))
     return {
         "start": {"kind": start[0], "id": start[1]},
@@ -187,7 +187,7 @@ def _note_or_404(raw_id: str) -> str:
 
 
 async def incoming(
-    session: AsyncSession, scope: Scope, note_id: str, *, limit: int
+    session: AsyncSession, scope: Scope, *, note_id: str, limit: int
 ) -> dict[str, list[dict[str, Any]]]:
     """Notes whose edge tags point at this one, grouped by the inverse verb
     (``speaker: Ada`` on a line shows on Ada as ``said``), newest first."""

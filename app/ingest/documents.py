@@ -147,7 +147,7 @@ class Delivered:
 
 
 async def deliver(
-    session: AsyncSession, scope: Scope, note_id: str, doc: Delivered, *, limits: Limits
+    session: AsyncSession, scope: Scope, *, note_id: str, doc: Delivered, limits: Limits
 ) -> ItemView:
     """Store what a fetch or OCR job delivered as the note's content."""
     return await store(
@@ -233,9 +233,9 @@ async def upload(
     )
 
 
-async def held_images(session: AsyncSession, scope: Scope, job_id: int) -> list[bytes]:
+async def held_images(session: AsyncSession, scope: Scope, *, job_id: int) -> list[bytes]:
     return await repo.held_images(session, scope, job_id)
 
 
-async def release_images(session: AsyncSession, scope: Scope, job_id: int) -> None:
+async def release_images(session: AsyncSession, scope: Scope, *, job_id: int) -> None:
     await repo.release_images(session, scope, job_id)

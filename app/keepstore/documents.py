@@ -130,26 +130,30 @@ class KeepmemDocumentStore(Bookkeeping):
 
     def update_summary(self, collection: str, id: str, summary: str) -> bool:
         return self._c.run(
-            collection, lambda s, sc: records.set_summary(s, sc, id, summary), write=True
+            collection,
+            lambda s, sc: records.set_summary(s, sc, note_id=id, summary=summary),
+            write=True,
         )
 
     def update_tags(self, collection: str, id: str, tags: dict[str, Any]) -> bool:
         clean = _tags(tags)
-        return self._c.run(collection, lambda s, sc: records.set_tags(s, sc, id, clean), write=True)
+        return self._c.run(
+            collection, lambda s, sc: records.set_tags(s, sc, note_id=id, tags=clean), write=True
+        )
 
     def touch(self, collection: str, id: str) -> None:
         self.touch_many(collection, [id])
 
     def touch_many(self, collection: str, ids: list[str]) -> None:
         if ids:
-            self._c.run(collection, lambda s, sc: records.touch(s, sc, ids))
+            self._c.run(collection, lambda s, sc: records.touch(s, sc, note_ids=ids))
 
     def delete(self, collection: str, id: str, delete_versions: bool = True) -> bool:
-        return self._c.run(collection, lambda s, sc: records.remove(s, sc, id), write=True)
+        return self._c.run(collection, lambda s, sc: records.remove(s, sc, note_id=id), write=True)
 
     def restore_latest_version(self, collection: str, id: str) -> Any | None:
         async def work(s: AsyncSession, scope: Scope) -> Any | None:
-            note = await records.restore_latest(s, scope, id)
+            note = await records.restore_latest(s, scope, note_id=id)
             return None if note is None else _record(collection, note)
 
         return self._c.run(collection, work, write=True)
@@ -291,7 +295,7 @@ class KeepmemDocumentStore(Bookkeeping):
         return int(
             self._c.run(
                 collection,
-                lambda s, sc: records.put_parts(s, sc, id, rows, replace=True),
+                lambda s, sc: records.put_parts(s, sc, note_id=id, parts=rows, replace=True),
                 write=True,
             )
         )
@@ -299,7 +303,9 @@ class KeepmemDocumentStore(Bookkeeping):
     def upsert_single_part(self, collection: str, id: str, part: Any) -> None:
         rows = [(part.part_num, part.summary, _tags(part.tags))]
         self._c.run(
-            collection, lambda s, sc: records.put_parts(s, sc, id, rows, replace=False), write=True
+            collection,
+            lambda s, sc: records.put_parts(s, sc, note_id=id, parts=rows, replace=False),
+            write=True,
         )
 
     def update_part_tags(
@@ -309,7 +315,9 @@ class KeepmemDocumentStore(Bookkeeping):
         return bool(
             self._c.run(
                 collection,
-                lambda s, sc: records.set_part_tags(s, sc, id, part_num, clean),
+                lambda s, sc: records.set_part_tags(
+                    s, sc, note_id=id, part_num=part_num, tags=clean
+                ),
                 write=True,
             )
         )
@@ -318,7 +326,9 @@ class KeepmemDocumentStore(Bookkeeping):
         return max((p.part_num for p in self.list_parts(collection, id)), default=0)
 
     def delete_parts(self, collection: str, id: str) -> int:
-        return int(self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, id), write=True))
+        return int(
+            self._c.run(collection, lambda s, sc: records.drop_parts(s, sc, note_id=id), write=True)
+        )
 
     def list_part_doc_ids(self, collection: str, part_num: int) -> list[str]:
         async def work(s: AsyncSession, scope: Scope) -> list[str]:
@@ -502,7 +512,7 @@ class KeepmemDocumentStore(Bookkeeping):
         limits = self._limits
 
         async def work(s: AsyncSession, scope: Scope) -> dict[str, int]:
-            return await records.import_batch(s, scope, documents, limits)
+            return await records.import_batch(s, scope, documents=documents, limits=limits)
 
         return self._c.run(collection, work, write=True)
 
@@ -510,7 +520,9 @@ class KeepmemDocumentStore(Bookkeeping):
         """A new note ``to_id`` with ``from_id``'s summary, tags and times."""
 
         async def work(s: AsyncSession, scope: Scope) -> Any | None:
-            note = await records.copy(s, scope, from_id, to_id, graph_extraction=self._graph)
+            note = await records.copy(
+                s, scope, from_id=from_id, to_id=to_id, graph_extraction=self._graph
+            )
             return None if note is None else _record(collection, note)
 
         return self._c.run(collection, work, write=True)

@@ -125,7 +125,7 @@ class KeepmemVectorStore:
         model = model_of(collection)
         return int(
             self._run(
-                lambda s, sc: records.drop_vectors(s, sc, note_id, model=model, kind=kind),
+                lambda s, sc: records.drop_vectors(s, sc, note_id=note_id, model=model, kind=kind),
                 write=True,
             )
         )

@@ -131,7 +131,7 @@ async def _insert_new(
         payload: dict[str, Any] = {"content_hash": new.content_hash}
         queued += [(kind, note_id, payload, priority) for kind, priority in kinds]
         pending[note_id] = [k.value for k, _ in kinds]
-    await edges.sync_new_tag_edges(session, scope, tagged)
+    await edges.sync_new_tag_edges(session, scope, tags_by_note=tagged)
     await jobs.enqueue_new(session, scope, queued)
     for note_id, note in inserted.items():
         i = together[note_id][0]

@@ -30,7 +30,7 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-async def apply_summary(session: AsyncSession, scope: Scope, note: Note, summary: str) -> None:
+async def apply_summary(session: AsyncSession, scope: Scope, *, note: Note, summary: str) -> None:
     """The summary made for the note's current content."""
     tags = {**note.tags, "_summarized_hash": (note.content_hash or "")[:10]}
     await repo.update_note(session, scope, note.id, values={"summary": summary, "tags": tags})
@@ -67,8 +67,8 @@ class NewPart:
 async def replace_parts(
     session: AsyncSession,
     scope: Scope,
-    note: Note,
     *,
+    note: Note,
     analyzed_text: str,
     parts: Sequence[NewPart],
     model: str,
@@ -107,8 +107,8 @@ async def replace_parts(
 async def release_content(
     session: AsyncSession,
     scope: Scope,
-    held: Sequence[Note],
     *,
+    held: Sequence[Note],
     finishing_jobs: Sequence[int],
     keep_for_context: bool,
 ) -> None:
@@ -131,7 +131,7 @@ async def release_content(
         await repo.clear_pending_content(session, scope, free)
 
 
-async def give_up(session: AsyncSession, scope: Scope, note_id: str, reason: str) -> bool:
+async def give_up(session: AsyncSession, scope: Scope, *, note_id: str, reason: str) -> bool:
     """A document that will not come (fetch or OCR failed for good): the
     placeholder's summary says why instead of promising text."""
     note = await repo.get(session, scope, note_id, lock=True)

@@ -48,7 +48,7 @@ def edge_target(value: str) -> str | None:
 
 
 async def sync_tag_edges(
-    session: AsyncSession, scope: Scope, note_id: str, user_tags: Mapping[str, Any]
+    session: AsyncSession, scope: Scope, *, note_id: str, user_tags: Mapping[str, Any]
 ) -> list[str]:
     """Make the note's tag edges match its tags; returns the stubs created."""
     if is_system_id(note_id):
@@ -74,7 +74,7 @@ def _edges_of(
 
 
 async def sync_new_tag_edges(
-    session: AsyncSession, scope: Scope, tags_by_note: Mapping[str, Mapping[str, Any]]
+    session: AsyncSession, scope: Scope, *, tags_by_note: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
     """``sync_tag_edges`` for notes just made (no edges yet), many at once:
     which tag keys are edge tags is asked once."""
@@ -122,6 +122,6 @@ async def _vivify(session: AsyncSession, scope: Scope, targets: Sequence[str]) -
     return created
 
 
-async def forget_note(session: AsyncSession, scope: Scope, note_id: str) -> None:
+async def forget_note(session: AsyncSession, scope: Scope, *, note_id: str) -> None:
     """A deleted note's own edges go; edges pointing at it stay (its stub may return)."""
     await edges_repo.delete_from(session, scope, note_id)

@@ -76,11 +76,13 @@ async def delete(
             await feed.record(
                 session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.REVERT
             )
-            await edges.sync_tag_edges(session, scope, note_id, split_system(previous.tags)[0])
+            await edges.sync_tag_edges(
+                session, scope, note_id=note_id, user_tags=split_system(previous.tags)[0]
+            )
             return DeleteResult(deleted=note_id, reverted=True, item=note_view(restored))
     await outbox.cancel_for_note(session, scope, note_id=note_id)
     await repo.delete_note(session, scope, note_id)
-    await edges.forget_note(session, scope, note_id)
+    await edges.forget_note(session, scope, note_id=note_id)
     await feed.record(
         session,
         scope,
@@ -296,7 +298,7 @@ async def _trim_source(
         await outbox.cancel_for_note(session, scope, note_id=source_id)
         await repo.delete_note(session, scope, source_id)
         if is_now_id(source_id):
-            await create_now(session, scope, source_id)
+            await create_now(session, scope, note_id=source_id)
     await feed.record(
         session, scope, mutation="doc_update", entity_id=source_id, kind=EventKind.MOVE
     )
@@ -309,12 +311,16 @@ async def _sync_edges(
     the target as moved."""
     moved = await repo.get(session, scope, target_id)
     assert moved is not None
-    await edges.sync_tag_edges(session, scope, target_id, split_system(moved.tags)[0])
+    await edges.sync_tag_edges(
+        session, scope, note_id=target_id, user_tags=split_system(moved.tags)[0]
+    )
     left = await repo.get(session, scope, source_id)
     if left is None:
-        await edges.forget_note(session, scope, source_id)
+        await edges.forget_note(session, scope, note_id=source_id)
     else:
-        await edges.sync_tag_edges(session, scope, source_id, split_system(left.tags)[0])
+        await edges.sync_tag_edges(
+            session, scope, note_id=source_id, user_tags=split_system(left.tags)[0]
+        )
     return moved
 
 

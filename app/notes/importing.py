@@ -74,8 +74,8 @@ def _text(doc: Mapping[str, Any], key: str) -> str:
 async def import_documents(
     session: AsyncSession,
     scope: Scope,
-    documents: Sequence[Any],
     *,
+    documents: Sequence[Any],
     mode: str,
     limits: Limits,
 ) -> ImportResult:
@@ -136,8 +136,8 @@ async def _import_one(
     queued = await after_insert(
         session,
         scope,
-        note_id,
-        user,
+        note_id=note_id,
+        user_tags=user,
         system_note=system_note,
         needs_summary=False,
         content_hash=content_hash,

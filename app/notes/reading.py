@@ -42,7 +42,7 @@ async def get(session: AsyncSession, scope: Scope, *, raw_id: str) -> ItemView:
     if note_id is not None:
         note = await repo.get(session, scope, note_id)
         if note is None and is_now_id(note_id):
-            note = await create_now(session, scope, note_id)
+            note = await create_now(session, scope, note_id=note_id)
         if note is not None:
             now = utcnow()
             await repo.touch_accessed(session, scope, note_id, now)

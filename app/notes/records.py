@@ -97,14 +97,14 @@ async def upsert(
             session, scope, mutation="doc_insert", entity_id=note_id, kind=EventKind.PUT
         )
         if user:
-            await edges.sync_tag_edges(session, scope, note_id, user)
+            await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user)
         await _queue(session, scope, note_id, content_hash, system, graph_extraction, False)
         return inserted, False
     existing = await repo.get(session, scope, note_id, lock=True)
     if existing is None:  # the insert conflicted, so it exists: outside the tag scope
         raise taken_outside_scope(note_id)
     if archive:
-        await archive_version(session, scope, note_id)
+        await archive_version(session, scope, note_id=note_id)
     changed = content_hash is not None and existing.content_hash != content_hash
     note = await repo.update_note(
         session,
@@ -120,7 +120,7 @@ async def upsert(
         fts_text=summary,
         tag_text=text,
     )
-    await edges.sync_tag_edges(session, scope, note_id, user)
+    await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user)
     if archive or existing.summary != summary or changed:
         # the note's vectors went with the archived version, or are stale:
         # keepmem's worker embeds the current text again
@@ -142,7 +142,7 @@ async def _queue(
     await enqueue_processing(
         session,
         scope,
-        note_id,
+        note_id=note_id,
         system_note=system,
         needs_summary=False,  # keep chose the summary
         content_hash=content_hash or "",
@@ -152,7 +152,7 @@ async def _queue(
 
 
 async def set_tags(
-    session: AsyncSession, scope: Scope, note_id: str, tags: Mapping[str, Any]
+    session: AsyncSession, scope: Scope, *, note_id: str, tags: Mapping[str, Any]
 ) -> bool:
     """Replace a note's tags in place (no version), as keep's store does."""
     existing = await repo.get(session, scope, note_id, lock=True)
@@ -167,12 +167,12 @@ async def set_tags(
         values={"tags": clean, "tag_index": tagrules.index_terms(user), "updated_at": utcnow()},
         tag_text=tag_words(note_id, user),
     )
-    await edges.sync_tag_edges(session, scope, note_id, user)
+    await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user)
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.TAG)
     return True
 
 
-async def set_summary(session: AsyncSession, scope: Scope, note_id: str, summary: str) -> bool:
+async def set_summary(session: AsyncSession, scope: Scope, *, note_id: str, summary: str) -> bool:
     """Replace a note's summary in place (keep's background summary)."""
     existing = await repo.get(session, scope, note_id, lock=True)
     if existing is None:
@@ -192,13 +192,13 @@ async def set_summary(session: AsyncSession, scope: Scope, note_id: str, summary
     return True
 
 
-async def touch(session: AsyncSession, scope: Scope, note_ids: Sequence[str]) -> None:
+async def touch(session: AsyncSession, scope: Scope, *, note_ids: Sequence[str]) -> None:
     now = utcnow()
     for note_id in dict.fromkeys(note_ids):
         await repo.touch_accessed(session, scope, note_id, now)
 
 
-async def remove(session: AsyncSession, scope: Scope, note_id: str) -> bool:
+async def remove(session: AsyncSession, scope: Scope, *, note_id: str) -> bool:
     """Delete a note with its history. (keep's store can keep the history of
     a deleted note; keepmem's versions belong to their note, so they go too.)"""
     try:
@@ -208,7 +208,7 @@ async def remove(session: AsyncSession, scope: Scope, note_id: str) -> bool:
     return True
 
 
-async def restore_latest(session: AsyncSession, scope: Scope, note_id: str) -> Note | None:
+async def restore_latest(session: AsyncSession, scope: Scope, *, note_id: str) -> Note | None:
     """The newest archived version made current again (and taken out of the
     history); None, and nothing changed, when there is no history."""
     if await repo.count_versions(session, scope, note_id) == 0:
@@ -247,12 +247,12 @@ async def put_vector(
 
 
 async def drop_vectors(
-    session: AsyncSession, scope: Scope, note_id: str, *, model: str, kind: str | None = None
+    session: AsyncSession, scope: Scope, *, note_id: str, model: str, kind: str | None = None
 ) -> int:
     return await vectors.delete_of_model(session, scope, note_id, model=model, kind=kind)
 
 
-async def drop_parts(session: AsyncSession, scope: Scope, note_id: str) -> int:
+async def drop_parts(session: AsyncSession, scope: Scope, *, note_id: str) -> int:
     """Delete a note's parts and their vectors."""
     await vectors.delete_for_note(session, scope, note_id, kind="part")
     dropped = await repo.delete_parts(session, scope, note_id)
@@ -300,11 +300,13 @@ async def extract(
 
 
 async def import_batch(
-    session: AsyncSession, scope: Scope, documents: Sequence[Mapping[str, Any]], limits: Limits
+    session: AsyncSession, scope: Scope, *, documents: Sequence[Mapping[str, Any]], limits: Limits
 ) -> dict[str, int]:
     """keep's bulk restore: documents in keep's export shape (versions and
     parts inline), written as keepmem's import writes them."""
-    done = await importing.import_documents(session, scope, documents, mode="merge", limits=limits)
+    done = await importing.import_documents(
+        session, scope, documents=documents, mode="merge", limits=limits
+    )
     return {"documents": done.imported, "versions": done.versions, "parts": done.parts}
 
 
@@ -312,7 +314,7 @@ PartRow = tuple[int, str, Mapping[str, Any]]  # part number, summary, tags
 
 
 async def put_parts(
-    session: AsyncSession, scope: Scope, note_id: str, parts: Sequence[PartRow], *, replace: bool
+    session: AsyncSession, scope: Scope, *, note_id: str, parts: Sequence[PartRow], replace: bool
 ) -> int:
     """keep's parts of a note (made by keep's own analysis): all of them
     (``replace``), or these ones over the ones with the same numbers. Parts
@@ -340,17 +342,19 @@ async def put_parts(
 
 
 async def set_part_tags(
-    session: AsyncSession, scope: Scope, note_id: str, part_num: int, tags: Mapping[str, Any]
+    session: AsyncSession, scope: Scope, *, note_id: str, part_num: int, tags: Mapping[str, Any]
 ) -> bool:
     part = await repo.get_part(session, scope, note_id, part_num)
     if part is None:
         return False
-    await put_parts(session, scope, note_id, [(part_num, part.summary, tags)], replace=False)
+    await put_parts(
+        session, scope, note_id=note_id, parts=[(part_num, part.summary, tags)], replace=False
+    )
     return True
 
 
 async def copy(
-    session: AsyncSession, scope: Scope, from_id: str, to_id: str, *, graph_extraction: bool
+    session: AsyncSession, scope: Scope, *, from_id: str, to_id: str, graph_extraction: bool
 ) -> Note | None:
     source = await repo.get(session, scope, from_id)
     if source is None:

@@ -145,7 +145,7 @@ async def put_clean(
     if data.content is None and data.uri is not None:
         return await _put_by_uri(session, scope, data=data, limits=limits)
     args = checked(data, limits)
-    view = await write(session, scope, args, limits=limits)
+    view = await write(session, scope, args=args, limits=limits)
     note_id = args.note_id
     if data.analyze and not is_system_id(note_id):
         # Hold the content for the analysis even when it did not change.
@@ -236,7 +236,7 @@ def fresh(args: WriteArgs, limits: Limits, now: datetime) -> Fresh:
 
 
 async def write(
-    session: AsyncSession, scope: Scope, args: WriteArgs, *, limits: Limits
+    session: AsyncSession, scope: Scope, *, args: WriteArgs, limits: Limits
 ) -> ItemView:
     """Store a checked put: insert, or update an existing note (versioning)."""
     now = utcnow()
@@ -256,8 +256,8 @@ async def write(
         queued = await after_insert(
             session,
             scope,
-            note_id,
-            new.user_tags,
+            note_id=note_id,
+            user_tags=new.user_tags,
             system_note=new.system_note,
             needs_summary=new.needs_summary,
             content_hash=content_hash,
@@ -305,7 +305,7 @@ async def _update(
     if created_override is not None:
         values["created_at"] = created_override
     if content_changed and PENDING_TAG not in existing.tags:
-        await archive_version(session, scope, note_id)
+        await archive_version(session, scope, note_id=note_id)
     if content_changed:
         await vectors.delete_for_note(session, scope, note_id, kind="part")
         if await repo.delete_parts(session, scope, note_id):
@@ -338,14 +338,14 @@ async def _update(
         tag_text=tag_text if (content_changed or tags_changed) else None,
     )
     if tags_changed:
-        await edges.sync_tag_edges(session, scope, note_id, user_tags)
+        await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user_tags)
     changed = content_changed or tags_changed or "summary" in values
     pending: list[str] = []
     if content_changed or force:
         pending = await enqueue_processing(
             session,
             scope,
-            note_id,
+            note_id=note_id,
             system_note=system_note,
             needs_summary=needs_summary,
             content_hash=content_hash,
@@ -405,7 +405,7 @@ def taken_outside_scope(note_id: str) -> OutsideScope:
     )
 
 
-async def archive_version(session: AsyncSession, scope: Scope, note_id: str) -> int:
+async def archive_version(session: AsyncSession, scope: Scope, *, note_id: str) -> int:
     """The note's current state (and its vectors) become its newest version."""
     version = await repo.archive_current(session, scope, note_id)
     await vectors.archive_note_vectors(session, scope, note_id, version)
@@ -423,9 +423,9 @@ async def archive_version(session: AsyncSession, scope: Scope, note_id: str) -> 
 async def after_insert(
     session: AsyncSession,
     scope: Scope,
+    *,
     note_id: str,
     user_tags: dict[str, Any],
-    *,
     system_note: bool,
     needs_summary: bool,
     content_hash: str,
@@ -435,11 +435,11 @@ async def after_insert(
     background work (returns the kinds queued)."""
     await feed.record(session, scope, mutation="doc_insert", entity_id=note_id, kind=EventKind.PUT)
     if user_tags:
-        await edges.sync_tag_edges(session, scope, note_id, user_tags)
+        await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user_tags)
     return await enqueue_processing(
         session,
         scope,
-        note_id,
+        note_id=note_id,
         system_note=system_note,
         needs_summary=needs_summary,
         content_hash=content_hash,
@@ -451,8 +451,8 @@ async def after_insert(
 async def enqueue_processing(
     session: AsyncSession,
     scope: Scope,
-    note_id: str,
     *,
+    note_id: str,
     system_note: bool,
     needs_summary: bool,
     content_hash: str,
@@ -490,7 +490,7 @@ def processing(
     return kinds
 
 
-async def create_now(session: AsyncSession, scope: Scope, note_id: str) -> Note | None:
+async def create_now(session: AsyncSession, scope: Scope, *, note_id: str) -> Note | None:
     template = await repo.get(session, scope, ".now")
     body = template.summary if template is not None else NOW_TEMPLATE
     tags: dict[str, Any] = {}
@@ -518,7 +518,7 @@ async def write_text(
         content_type="text/markdown",
         uri=None,
     )
-    return await write(session, scope, args, limits=Limits())
+    return await write(session, scope, args=args, limits=Limits())
 
 
 # -- seeding ------------------------------------------------------------------------

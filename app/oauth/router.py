@@ -265,7 +265,7 @@ async def list_clients(scope: AdminScope, session: SessionDep) -> ClientList:
 )
 async def revoke_client(client_id: str, scope: AdminScope, session: SessionDep) -> ClientOut:
     """Revoke a service account: its tokens stop working at once."""
-    return ClientOut.of(await service.revoke_service_account(session, scope, client_id))
+    return ClientOut.of(await service.revoke_service_account(session, scope, client_id=client_id))
 
 
 @router.post(
@@ -274,7 +274,7 @@ async def revoke_client(client_id: str, scope: AdminScope, session: SessionDep) 
 async def add_issuer(body: IssuerCreate, scope: AdminScope, session: SessionDep) -> IssuerOut:
     """Accept access tokens from an OpenID Connect issuer (verified with its
     JWKS), mapping claims to project, scopes and tag scope."""
-    return IssuerOut.of(await service.add_issuer(session, scope, body.model_dump()))
+    return IssuerOut.of(await service.add_issuer(session, scope, fields=body.model_dump()))
 
 
 @router.get("/v1/oauth/issuers", response_model=IssuerList, summary="List trusted issuers")
@@ -287,5 +287,5 @@ async def list_issuers(scope: AdminScope, session: SessionDep) -> IssuerList:
 @router.delete("/v1/oauth/issuers/{issuer_id}", status_code=204, summary="Stop trusting an issuer")
 async def remove_issuer(issuer_id: uuid.UUID, scope: AdminScope, session: SessionDep) -> Response:
     """Stop accepting this issuer's tokens (at once)."""
-    await service.remove_issuer(session, scope, issuer_id)
+    await service.remove_issuer(session, scope, issuer_id=issuer_id)
     return Response(status_code=204)

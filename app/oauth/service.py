@@ -296,7 +296,7 @@ async def list_service_accounts(session: AsyncSession, scope: Scope) -> Sequence
 
 
 async def revoke_service_account(
-    session: AsyncSession, scope: Scope, client_id: str
+    session: AsyncSession, scope: Scope, *, client_id: str
 ) -> OAuthClient:
     row = await repo.revoke_client(session, scope, client_id)
     if row is None:
@@ -310,7 +310,7 @@ async def revoke_service_account(
 # -- trusted external issuers -------------------------------------------------------
 
 
-async def add_issuer(session: AsyncSession, scope: Scope, fields: dict[str, Any]) -> OAuthIssuer:
+async def add_issuer(session: AsyncSession, scope: Scope, *, fields: dict[str, Any]) -> OAuthIssuer:
     """Trust an OpenID Connect issuer's tokens for this tenant."""
     if ADMIN not in scope.permissions or scope.tag_terms or scope.project_lock:
         raise Forbidden("only an unrestricted admin credential may trust an issuer")
@@ -349,7 +349,7 @@ async def list_issuers(session: AsyncSession, scope: Scope) -> Sequence[OAuthIss
     return await repo.list_issuers(session, scope)
 
 
-async def remove_issuer(session: AsyncSession, scope: Scope, issuer_id: uuid.UUID) -> None:
+async def remove_issuer(session: AsyncSession, scope: Scope, *, issuer_id: uuid.UUID) -> None:
     if not await repo.delete_issuer(session, scope, issuer_id):
         raise NotFound(f"issuer not found: {issuer_id}")
     await audit.record(

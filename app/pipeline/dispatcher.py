@@ -157,7 +157,10 @@ async def hand_off_webhooks(pipeline: Pipeline) -> int:
             for _ in range(WEBHOOK_BATCHES_PER_ROUND):
                 async with tenancy.system_transaction(pipeline.db) as session:
                     looked_at = await webhooks.hand_off(
-                        session, scope, webhook_id, attempts=pipeline.settings.webhook_max_attempts
+                        session,
+                        scope,
+                        webhook_id=webhook_id,
+                        attempts=pipeline.settings.webhook_max_attempts,
                     )
                 handed += looked_at
                 if looked_at < webhooks.EVENTS_PER_DELIVERY:

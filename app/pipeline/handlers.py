@@ -40,7 +40,7 @@ async def _release(session: AsyncSession, runs: Sequence[JobRun], held: Sequence
         await derived.release_content(
             session,
             runs[0].scope,
-            held,
+            held=held,
             finishing_jobs=[r.job.id for r in runs],
             keep_for_context=runs[0].pipeline.summarizer.uses_context,
         )
@@ -123,7 +123,7 @@ async def summarize(run: JobRun) -> None:
         session: AsyncSession, note: Note, made: tuple[str, list[str]]
     ) -> dict[str, Any]:
         summary, context_ids = made
-        await derived.apply_summary(session, run.scope, note, summary)
+        await derived.apply_summary(session, run.scope, note=note, summary=summary)
         await _release(session, [run], [note])
         return {"summarizer": getattr(p.summarizer, "name", "?"), "context": context_ids}
 
@@ -166,7 +166,7 @@ async def extract_graph(run: JobRun) -> None:
         return note.pending_content or note.summary
 
     async def apply(session: AsyncSession, note: Note, found: Any) -> dict[str, Any]:
-        counts = await graph.store_extraction(session, run.scope, note.id, found)
+        counts = await graph.store_extraction(session, run.scope, note_id=note.id, found=found)
         await _release(session, [run], [note])
         return counts | {"extractor": p.graph().name}
 
@@ -198,7 +198,12 @@ async def analyze(run: JobRun) -> None:
     ) -> dict[str, Any]:
         text, parts = made
         count = await derived.replace_parts(
-            session, run.scope, note, analyzed_text=text, parts=parts, model=p.embedder.model_id
+            session,
+            run.scope,
+            note=note,
+            analyzed_text=text,
+            parts=parts,
+            model=p.embedder.model_id,
         )
         await _release(session, [run], [note])
         return {"parts": count}
@@ -286,7 +291,7 @@ async def ocr(run: JobRun) -> None:
     (text layer + OCR) as the note's content, replacing the placeholder."""
     p, payload = run.pipeline, run.job.payload
     async with run.transaction() as session:
-        images = await documents.held_images(session, run.scope, run.job.id)
+        images = await documents.held_images(session, run.scope, job_id=run.job.id)
     text, found, seen = await _with_ocr(
         p, images, str(payload.get("text") or ""), dict(payload.get("tags") or {})
     )
@@ -324,12 +329,16 @@ async def _store_document(
     note was deleted meanwhile."""
     async with run.transaction() as session:
         if release_images:
-            await documents.release_images(session, run.scope, run.job.id)
+            await documents.release_images(session, run.scope, job_id=run.job.id)
         if await notes.get(session, run.scope, run.note_id) is None:
             await run.finish(session, {"skipped": "note deleted"})
             return
         await documents.deliver(
-            session, run.scope, run.note_id, delivered, limits=run.pipeline.settings.limits
+            session,
+            run.scope,
+            note_id=run.note_id,
+            doc=delivered,
+            limits=run.pipeline.settings.limits,
         )
         await run.finish(session, result)
 
@@ -349,7 +358,10 @@ async def webhook(run: JobRun) -> None:
     webhook_id = uuid.UUID(str(payload.get("webhook_id")))
     async with run.transaction() as session:
         found = await webhooks.target(
-            session, run.scope, webhook_id, server_secret=p.settings.secret_key.get_secret_value()
+            session,
+            run.scope,
+            webhook_id=webhook_id,
+            server_secret=p.settings.secret_key.get_secret_value(),
         )
         if found is None:
             await run.finish(session, {"skipped": "webhook deleted"})

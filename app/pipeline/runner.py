@@ -130,10 +130,10 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
             retry_in_seconds=retry,
         )
         if retry is None and job.kind == JobKind.OCR.value:
-            await documents.release_images(session, scope, job.id)
+            await documents.release_images(session, scope, job_id=job.id)
         if retry is None and job.kind in (JobKind.FETCH.value, JobKind.OCR.value):
             # The placeholder says what happened instead of promising text.
-            await derived.give_up(session, scope, job_run.note_id, str(exc))
+            await derived.give_up(session, scope, note_id=job_run.note_id, reason=str(exc))
     return "dead" if retry is None else "retry"
 
 

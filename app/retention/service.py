@@ -16,7 +16,7 @@ from app.tenancy import Scope
 BATCH = 500
 
 
-async def set_retention(session: AsyncSession, scope: Scope, days: int | None) -> None:
+async def set_retention(session: AsyncSession, scope: Scope, *, days: int | None) -> None:
     if days is not None and not 1 <= days <= 36600:
         raise BadRequest("retention days must be 1-36600, or null to keep notes forever")
     await repo.set_retention(session, scope, days)

@@ -446,7 +446,7 @@ async def _deep(
     (auto-created edge targets) are walked through but not returned."""
     primaries = list(dict.fromkeys(v.id.split("@")[0] for v, _ in items))[:DEEP_FROM]
     reached = await graph.walk(
-        session, scope, [("note", p) for p in primaries], depth=data.deep_follow_depth
+        session, scope, start=[("note", p) for p in primaries], depth=data.deep_follow_depth
     )
     shown = set(primaries) | set(exclude)
     owner: dict[str, str] = {}

@@ -37,7 +37,7 @@ async def erase_project(
     vector, edge, entity, job and feed entry, the keys, OAuth grants and
     service accounts locked to it, and its audit trail; one audit entry
     records the erasure (without content)."""
-    await erasure.erase_project(session, scope, slug)
+    await erasure.erase_project(session, scope, slug=slug)
     request.app.state.caches.projects.drop(lambda key: key == (scope.tenant_id, slug))
     return Response(status_code=204)
 
@@ -53,5 +53,5 @@ async def set_retention(body: Retention, scope: AdminScope, session: SessionDep)
     """Notes of the request's project not updated within ``days`` are deleted
     by the sweeper (within minutes); null keeps them forever. A note's own
     ``expires_at`` applies as well."""
-    await retention.set_retention(session, scope, body.days)
+    await retention.set_retention(session, scope, days=body.days)
     return Retention(days=body.days)

@@ -61,7 +61,7 @@ async def list_projects(session: AsyncSession, tenant: TenantScope) -> Sequence[
     return await repo.list_projects(session, tenant, limit=MAX_LISTED_PROJECTS)
 
 
-async def slug_of(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> str:
+async def slug_of(session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID) -> str:
     slug = await repo.project_slug(session, tenant, project_id)
     if slug is None:
         raise ProjectNotFound("the project this credential is restricted to no longer exists")
@@ -89,7 +89,7 @@ QUOTAS = ("notes", "bytes", "requests_per_day", "jobs_per_day")
 
 
 async def project_slug_for(
-    session: AsyncSession, tenant: TenantScope, forced: str | None, asked: str | None
+    session: AsyncSession, tenant: TenantScope, *, forced: str | None, asked: str | None
 ) -> str:
     """The project a credential works in: the one asked for (the X-Project
     header), else the one its token names (``forced``), else the one it is
@@ -103,7 +103,7 @@ async def project_slug_for(
     if forced is not None:
         return forced
     if tenant.project_lock is not None:
-        return await slug_of(session, tenant, tenant.project_lock)
+        return await slug_of(session, tenant, project_id=tenant.project_lock)
     return DEFAULT_PROJECT
 
 
@@ -122,14 +122,16 @@ def check_lock(tenant: TenantScope, project_id: uuid.UUID, slug: str) -> None:
         raise Forbidden(f"this credential is restricted to another project than '{slug}'")
 
 
-async def get_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project:
+async def get_project(session: AsyncSession, tenant: TenantScope, *, slug: str) -> Project:
     project = await repo.get_project(session, tenant, slug)
     if project is None:
         raise ProjectNotFound(f"project {slug!r} does not exist")
     return project
 
 
-async def delete_project(session: AsyncSession, tenant: TenantScope, project_id: uuid.UUID) -> int:
+async def delete_project(
+    session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID
+) -> int:
     """Delete a project and every row of it (cascades); the notes it held."""
     return await repo.delete_project(session, tenant, project_id)
 

@@ -16,4 +16,4 @@ router = api_router(prefix="/v1", tags=["usage"])
 async def usage(request: Request, scope: AdminScope, session: SessionDep) -> Usage:
     """What the tenant holds and did today, and the quotas the operator set
     (past one, writes get 403 or, for a daily quota, 429 naming it)."""
-    return Usage(**await service.usage(session, scope, request.app.state.redis))
+    return Usage(**await service.usage(session, scope, redis=request.app.state.redis))

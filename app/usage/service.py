@@ -32,7 +32,7 @@ async def daily_limits(session: AsyncSession, tenant: TenantScope) -> tuple[int 
     return q["quota_requests_per_day"], q["quota_jobs_per_day"]
 
 
-async def check_jobs(session: AsyncSession, tenant: TenantScope, limit: int) -> None:
+async def check_jobs(session: AsyncSession, tenant: TenantScope, *, limit: int) -> None:
     """Refuse a write once the day's background jobs reached the quota."""
     if await repo.jobs_on(session, tenant, utcnow().date()) >= limit:
         raise DailyQuotaExceeded(
@@ -40,7 +40,7 @@ async def check_jobs(session: AsyncSession, tenant: TenantScope, limit: int) -> 
         )
 
 
-async def usage(session: AsyncSession, tenant: TenantScope, redis: Any) -> dict[str, Any]:
+async def usage(session: AsyncSession, tenant: TenantScope, *, redis: Any) -> dict[str, Any]:
     notes, stored = await repo.stored(session, tenant)
     quotas = await tenants_repo.quotas(session, tenant)
     return {
