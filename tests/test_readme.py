@@ -24,3 +24,15 @@ def test_readme_opens_with_run_and_test_commands() -> None:
         if line.strip() and not line.startswith(("#", "set ", "cd "))
     ]
     assert ci == [lines[1]]  # CI runs exactly the README's test command
+
+
+def test_the_house_map_names_every_package_and_module_of_app() -> None:
+    """The development section's map lists every package and top-level
+    module of app/ (a new room is drawn on the map the day it is built)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Development") :]
+    app = ROOT / "app"
+    rooms = {f"`{p.name}/`" for p in app.iterdir() if (p / "__init__.py").exists()}
+    rooms |= {f"`{p.name}`" for p in app.glob("*.py") if p.name != "__init__.py"}
+    assert len(rooms) > 30
+    assert {room for room in rooms if room not in section} == set()
