@@ -14,9 +14,10 @@ SQL_NAMES = {"select", "insert", "update", "delete", "text", "func", "literal_co
 # Infrastructure allowed to speak SQL besides repositories: the engine
 # (db.py), the RLS settings (tenancy.py) and the ORM row definitions (models.py).
 SQL_ALLOWED = {"db.py", "tenancy.py", "models.py", "repository.py", "migrate.py"}
-# The migrations (Alembic scripts shipped in the package) are the schema's
-# history: SQL by nature, and never edited once released.
-MIGRATIONS = ROOT / "alembic"
+# The migrations (alembic/, shipped in the wheel as app/migrations) are the
+# schema's history: SQL by nature, never edited once released, and outside
+# app/ in the checkout; a built tree's copy is left out all the same.
+MIGRATIONS = APP / "migrations"
 
 
 def _sources(pattern: str = "*.py") -> list[Path]:
