@@ -1,4 +1,4 @@
 """Accounts: making tenants and projects (with their first key and seeded
-system notes), resolving a key outside a request, and erasing a project or
-a tenant. Above the registry (``app.tenants``), keys (``app.auth``, OAuth),
-notes, usage and the audit log."""
+system notes), resolving a key outside a request, and a tenant's usage for
+the operator. Above the registry (``app.tenants``), keys (``app.auth``),
+notes, usage and the audit log; erasure is ``app.erasure``."""

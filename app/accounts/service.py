@@ -1,7 +1,7 @@
 """Accounts: a tenant made with its first key and seeded default project, a
 project made (and seeded) on first use, a key resolved to its scope outside
 a request, and a tenant's usage for the operator. Erasure is
-``app.accounts.erasure``.
+``app.erasure``'s.
 
 These use cases sit above the registry (``app.tenants``), keys
 (``app.auth``), notes (the seeded system docs) and usage."""
@@ -24,13 +24,6 @@ from app.notes import service as notes_service
 from app.tenancy import ALL_SCOPES, Scope, TenantScope, mint, scope_for_project, tenant_for_admin
 from app.tenants import repository as repo
 from app.tenants import service as tenants
-from app.tenants.service import (
-    DEFAULT_PROJECT,
-    check_lock,
-    get_tenant,
-    may_create_projects,
-    project_slug_for,
-)
 from app.usage import service as usage_service
 
 MAX_TENANT_NAME = 200
@@ -56,7 +49,7 @@ async def create_tenant(
     if tenant is None:
         raise TenantExists(f"a tenant named {name!r} already exists")
     # A system transaction (row-level security lets it act for the new tenant).
-    await _make_project(session, tenant_for_admin(tenant.id), DEFAULT_PROJECT)
+    await _make_project(session, tenant_for_admin(tenant.id), tenants.DEFAULT_PROJECT)
     key = await auth_service.create_key(
         session,
         tenant_id=tenant.id,
@@ -120,7 +113,7 @@ async def _make_project(
 
 async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:
     """A tenant's usage and quotas, for the operator."""
-    await get_tenant(session, tenant_id)
+    await tenants.get_tenant(session, tenant_id)
     return await usage_service.usage(session, tenant_for_admin(tenant_id), redis=redis)
 
 
@@ -141,13 +134,15 @@ async def scope_for_key(
     )
     tenant = credential.tenant
     await tenancy.bind(session, tenant)
-    slug = await project_slug_for(session, tenant, forced=credential.project_slug, asked=slug)
+    slug = await tenants.project_slug_for(
+        session, tenant, forced=credential.project_slug, asked=slug
+    )
     project, _ = await resolve_project_created(
         session,
         tenant,
         slug=slug,
-        may_create=may_create_projects(tenant),
+        may_create=tenants.may_create_projects(tenant),
         max_projects=max_projects,
     )
-    check_lock(tenant, project.id, slug)
+    tenants.check_lock(tenant, project.id, slug)
     return mint(tenant, project_id=project.id, project_slug=slug)
