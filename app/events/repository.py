@@ -47,6 +47,8 @@ async def get(
 async def change(
     session: AsyncSession, scope: Scope, webhook_id: uuid.UUID, *, values: dict[str, Any]
 ) -> Webhook | None:
+    if not values:  # "UPDATE ... SET WHERE" is not SQL
+        return await get(session, scope, webhook_id)
     await session.execute(
         update(Webhook).where(*_mine(scope), Webhook.id == webhook_id).values(**values)
     )

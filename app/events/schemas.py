@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from app.jobs.schemas import JobOut
 from app.models import Webhook
@@ -20,7 +21,8 @@ Url = Annotated[
         max_length=2000,
         pattern=r"^https?://",
         description="http(s) URL the events are POSTed to; it must resolve to a public "
-        "address unless the operator allows the network (KEEPMEM_FETCH_ALLOW_NETWORKS).",
+        "address (none of IANA's special-purpose blocks) unless the operator allows the "
+        "network (KEEPMEM_FETCH_ALLOW_NETWORKS).",
     ),
 ]
 Kinds = Annotated[
@@ -53,12 +55,24 @@ class WebhookIn(BaseModel):
     )
 
 
+def _no_null_defaults(schema: dict[str, Any]) -> None:
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+
+
 class WebhookPatch(BaseModel):
-    url: Url | None = None
-    kinds: Kinds | None = None
-    tags: Tags | None = None
-    description: str | None = Field(default=None, max_length=500)
-    active: bool | None = Field(
+    """The fields to change: those left out keep their value, and none
+    takes null (a null is a 400 naming the field)."""
+
+    # The fields are optional but not nullable: the document shows neither
+    # a null type nor a null default.
+    model_config = ConfigDict(json_schema_extra=_no_null_defaults)
+
+    url: Url | SkipJsonSchema[None] = None
+    kinds: Kinds | SkipJsonSchema[None] = None
+    tags: Tags | SkipJsonSchema[None] = None
+    description: Annotated[str, Field(max_length=500)] | SkipJsonSchema[None] = None
+    active: bool | SkipJsonSchema[None] = Field(
         default=None,
         description="false pauses (changes wait, nothing is skipped); true resumes.",
     )
@@ -78,12 +92,14 @@ class WebhookOut(BaseModel):
     tags: dict[str, str]
     description: str
     active: bool
-    cursor: int = Field(description="The last change handed to a delivery.")
+    cursor: str | None = Field(
+        description="The id of the event deliveries continue after (null before the first)."
+    )
     created_at: datetime
     created_by: str
 
     @classmethod
-    def of(cls, hook: Webhook) -> WebhookOut:
+    def of(cls, hook: Webhook, *, cursor: str | None) -> WebhookOut:
         return cls(
             id=str(hook.id),
             url=hook.url,
@@ -91,7 +107,7 @@ class WebhookOut(BaseModel):
             tags=dict(hook.tags),
             description=hook.description,
             active=hook.active,
-            cursor=hook.cursor,
+            cursor=cursor,
             created_at=hook.created_at,
             created_by=hook.created_by,
         )

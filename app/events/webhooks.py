@@ -33,6 +33,7 @@ from app.events import repository as repo
 from app.events import service as events
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import cursors
 from app.kit.fetch import FetchPolicy, FetchRefused, check, post
 from app.models import Job, Webhook
 from app.notes.repository import changes as feed
@@ -140,8 +141,18 @@ async def update(
 ) -> Webhook:
     """Change a webhook's url, filters, description or whether it is active.
     Paused, it is handed no new changes; resumed, it gets those made while
-    it was paused (nothing is skipped)."""
-    await get(session, scope, webhook_id=webhook_id)
+    it was paused (nothing is skipped). ``changes`` holds the fields the
+    request named: none is a no-op that returns the webhook as it is; a null
+    is a BadRequest (every field has a value: leave a field out to keep it)."""
+    hook = await get(session, scope, webhook_id=webhook_id)
+    nulls = sorted(name for name, value in changes.items() if value is None)
+    if nulls:
+        raise BadRequest(
+            f"{', '.join(nulls)} cannot be null: leave a field out to keep its value "
+            '(kinds [] means every kind, tags {} any note, description "" none)'
+        )
+    if not changes:
+        return hook
     values = dict(changes)
     if "url" in values:
         await _checked_url(values["url"], policy)
@@ -149,9 +160,20 @@ async def update(
         watch = events.watch_of(values.get("kinds") or [], values.get("tags") or {})
         if "kinds" in values:
             values["kinds"] = list(watch.kinds)
-    hook = await repo.change(session, scope, webhook_id, values=values)
-    assert hook is not None
-    return hook
+    changed = await repo.change(session, scope, webhook_id, values=values)
+    assert changed is not None
+    return changed
+
+
+async def cursors_of(
+    session: AsyncSession, scope: Scope, *, hooks: Sequence[Webhook]
+) -> dict[uuid.UUID, str | None]:
+    """Each webhook's cursor as the API shows it: the id of the event its
+    deliveries continue after (None before the project's first event, or
+    when that event is outside the caller's tag scope). The feed's own
+    numbering stays inside the service."""
+    found = await feed.public_ids(session, scope, (h.cursor for h in hooks))
+    return {h.id: cursors.show(found[h.cursor]) if h.cursor in found else None for h in hooks}
 
 
 async def delete(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID) -> None:
@@ -163,7 +185,13 @@ async def delete(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID) 
 async def ping(session: AsyncSession, scope: Scope, *, webhook_id: uuid.UUID, attempts: int) -> Job:
     """Queue a delivery of one ``ping`` event (to try a receiver)."""
     await get(session, scope, webhook_id=webhook_id)
-    event = {"id": 0, "kind": "ping", "note_id": None, "project": scope.project_slug}
+    # An id of the events' shape, of no change: receivers that drop repeats by id keep it.
+    event = {
+        "id": str(uuid.uuid4()),
+        "kind": "ping",
+        "note_id": None,
+        "project": scope.project_slug,
+    }
     job_id = await _enqueue(session, scope, webhook_id, [event], attempts=attempts)
     job = await jobs.get(session, scope, await jobs.public_id_of(session, scope, job_id))
     assert job is not None
