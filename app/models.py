@@ -355,10 +355,16 @@ class Change(Base):
             ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
         ),
         Index("ix_changes_project", "tenant_id", "project_id", "id"),
+        Index("ix_changes_public_id", "tenant_id", "public_id", unique=True),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    # The order of the feed; never shown (a sequence every tenant shares).
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    # What the API shows (event ids, cursors): random, as Job.public_id.
+    public_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), server_default=text("gen_random_uuid()")
+    )
     project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
     mutation: Mapped[str] = mapped_column(Text)
     entity_id: Mapped[str] = mapped_column(ID_TEXT)
@@ -402,9 +408,15 @@ class AuditLog(Base):
     tenants, so a tenant's erasure leaves the record that it was erased."""
 
     __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_public_id", "tenant_id", "public_id", unique=True),)
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    # The order of the trail; never shown (a sequence every tenant shares).
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=False), primary_key=True)
+    # What the API shows (entry ids, cursors): random, as Job.public_id.
+    public_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), server_default=text("gen_random_uuid()")
+    )
     actor: Mapped[str] = mapped_column(Text)
     action: Mapped[str] = mapped_column(Text)
     target: Mapped[str | None] = mapped_column(Text)
@@ -442,6 +454,8 @@ class OAuthClient(Base):
     tag_scope: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(TS)
+    # When it first completed a grant; registered clients never used are pruned.
+    used_at: Mapped[datetime | None] = mapped_column(TS)
 
 
 class OAuthCode(Base):

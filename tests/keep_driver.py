@@ -3,7 +3,7 @@
 Runs in keep's own virtualenv (tests/test_keep_client.py starts it), never in
 keepmem's, and prints one JSON object: what each call returned.
 
-    <keep-venv>/bin/python tests/keep_driver.py remote|verify|mcp URL KEY
+    <keep-venv>/bin/python tests/keep_driver.py remote|verify|sync|mcp URL KEY
 """
 
 from __future__ import annotations
@@ -74,6 +74,70 @@ def verify(url: str, key: str) -> dict[str, Any]:
     return {"ok": ok, "message": message, "bad_ok": bad_ok, "bad_message": bad_message}
 
 
+def sync(url: str, key: str) -> dict[str, Any]:
+    """keep's markdown mirror following keepmem's change feed, with keep's own
+    code: a baseline export, the cursor `keep data export --sync` registers
+    (``export_changes(limit=0)``), then the daemon's polls
+    (``poll_markdown_mirrors``), which page the feed from that cursor and
+    rewrite the notes it names; and a cursor that names no change (the
+    project was erased and made again), which the feed answers
+    ``compacted``: keep rebuilds the mirror and follows from the head."""
+    import tempfile
+    import time
+    from types import SimpleNamespace
+
+    from keep.config import StoreConfig
+    from keep.markdown_mirrors import (
+        MarkdownMirrorEntry,
+        _load_map,
+        load_markdown_mirrors,
+        poll_markdown_mirrors,
+        run_markdown_export_once,
+        save_markdown_mirrors,
+    )
+    from keep.remote import RemoteKeeper
+
+    # The default project: keep's mirror reads only events of its collection
+    # "default", and keepmem names each event's collection after its project.
+    kp = RemoteKeeper(url, key, StoreConfig(path=Path("/tmp")))
+    work = Path(tempfile.mkdtemp(prefix="keep-sync-"))
+    daemon = SimpleNamespace(config=SimpleNamespace(config_dir=str(work / "config")))
+    root = work / "mirror"
+    out: dict[str, Any] = {}
+
+    def mirrored() -> list[str]:
+        return sorted(_load_map(root).values())
+
+    def poll() -> MarkdownMirrorEntry:
+        time.sleep(1.1)  # past the mirror's interval (PT1S) since the changes
+        for _ in range(2):  # one pass notes what is pending, the next writes it
+            poll_markdown_mirrors(daemon, source_keeper=kp)  # type: ignore[arg-type]
+        return load_markdown_mirrors(daemon)[0]  # type: ignore[arg-type]
+
+    kp.put(content="the first note of the mirror", id="s-1")
+    run_markdown_export_once(kp, root, include_system=False, allow_existing=True)
+    registered = str(kp.export_changes(limit=0).get("cursor") or "")
+    out["registered_cursor"] = registered
+    save_markdown_mirrors(daemon, [MarkdownMirrorEntry(  # type: ignore[arg-type]
+        root=str(root), interval="PT1S", source_cursor=registered)])  # fmt: skip
+    out["baseline"] = mirrored()
+    for n in range(2, 6):
+        kp.put(content=f"note {n}, written after the baseline", id=f"s-{n}")
+    entry = poll()
+    head = kp.export_changes(limit=0)
+    out["followed"] = {"mirrored": mirrored(), "error": entry.last_error,
+                       "cursor": entry.source_cursor, "head": head.get("head_cursor")}  # fmt: skip
+    # A cursor naming no change of the project: keep's client rebuilds.
+    entry.source_cursor = "0f0f0f0f-0f0f-4f0f-8f0f-0f0f0f0f0f0f"
+    save_markdown_mirrors(daemon, [entry])  # type: ignore[arg-type]
+    kp.put(content="written while the mirror's cursor was lost", id="s-6")
+    entry = poll()
+    head = kp.export_changes(limit=0)
+    out["rebuilt"] = {"mirrored": mirrored(), "error": entry.last_error,
+                      "cursor": entry.source_cursor, "head": head.get("head_cursor")}  # fmt: skip
+    return out
+
+
 async def _mcp(url: str, key: str) -> dict[str, Any]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -118,7 +182,12 @@ async def _mcp(url: str, key: str) -> dict[str, Any]:
 
 def main() -> None:
     mode, url, key = sys.argv[1:4]
-    runners = {"remote": remote, "verify": verify, "mcp": lambda u, k: asyncio.run(_mcp(u, k))}
+    runners = {
+        "remote": remote,
+        "verify": verify,
+        "sync": sync,
+        "mcp": lambda u, k: asyncio.run(_mcp(u, k)),
+    }
     print(json.dumps(runners[mode](url, key), default=str))  # noqa: T201 - the output
 
 

@@ -71,8 +71,9 @@ async def test_filters_and_paging(client, tenant) -> None:
     second = await _audit(
         client, tenant, action="api.put_note", limit=2, cursor=first["next_cursor"]
     )
-    ids = [e["id"] for e in first["entries"] + second["entries"]]
-    assert ids == sorted(ids, reverse=True) and len(set(ids)) == 4
+    entries = first["entries"] + second["entries"]
+    assert [e["target"] for e in entries] == ["p4", "p3", "p2", "p1"]  # newest first
+    assert len({e["id"] for e in entries}) == 4
     only = await _audit(client, tenant, target="p3")
     assert [e["target"] for e in only["entries"]] == ["p3"]
 
@@ -107,3 +108,33 @@ async def test_retention_drops_old_entries(client, tenant, db) -> None:
     pruned = await audit_service.prune_expired(db, retention_days=-1)
     assert pruned >= 1
     assert (await _audit(client, tenant))["entries"] == []
+
+
+async def test_a_cursor_whose_entry_is_gone_or_not_ours_is_a_clear_400(
+    client, tenant, other_tenant
+) -> None:
+    """A cursor is looked up in the caller's own trail: one whose entry was
+    erased with its project, or another tenant's, is 400 ``cursor_expired``
+    (its place is lost: read again without a cursor); text that is no
+    cursor at all is 400 ``invalid_cursor``."""
+    gone = tenant.project("gone")
+    for i in range(3):
+        r = await client.post("/v1/notes", headers=gone, json={"id": f"g{i}", "content": "x"})
+        assert r.status_code == 200
+    page = await _audit(client, tenant, action="api.put_note", limit=1)
+    cursor = page["next_cursor"]
+    assert (await _audit(client, tenant, action="api.put_note", cursor=cursor))["entries"]
+    r = await client.get("/v1/audit", params={"cursor": cursor}, headers=other_tenant.headers)
+    assert r.status_code == 400 and r.json()["code"] == "cursor_expired", r.text
+    assert (await client.delete("/v1/projects/gone", headers=tenant.headers)).status_code == 204
+    r = await client.get("/v1/audit", params={"cursor": cursor}, headers=tenant.headers)
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["code"] == "cursor_expired" and "without" in body["error"] and body["request_id"]
+    assert (await _audit(client, tenant))["entries"]  # starting again works
+    # a number: a cursor from before they were ids, whose place is lost too
+    r = await client.get("/v1/audit", params={"cursor": "812"}, headers=tenant.headers)
+    assert r.status_code == 400 and r.json()["code"] == "cursor_expired", r.text
+    for bad in ("-1", "99999999999999999999", "x" * 500, cursor.upper() + "0", ""):
+        r = await client.get("/v1/audit", params={"cursor": bad}, headers=tenant.headers)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_cursor", (bad, r.text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -194,6 +195,26 @@ async def test_remote_keeper(keep_user, client, make_pipeline) -> None:
     assert got["bundle"] == ["current_inverse", "document", "edge_tag_keys", "version_inverse"]
     assert got["changes"] > 0
     assert got["delete"] is True and got["after_delete"] is None
+
+
+async def test_keep_mirror_follows_the_change_feed_by_its_opaque_cursors(keep_user) -> None:
+    """keep's own markdown-mirror sync against keepmem's change feed: the
+    cursor it registers and the ones it pages with are the feed's opaque
+    ids (no sequence number of keepmem's), each poll brings the mirror up
+    to the head, and a cursor naming no change is answered ``compacted``,
+    on which keep rebuilds the mirror instead of failing on every poll."""
+    _, env = keep_user
+    got = drive("sync", env)
+    uuid_shape = r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+    assert re.match(uuid_shape, got["registered_cursor"]), got
+    assert got["baseline"] == ["s-1"]
+    followed = got["followed"]
+    assert followed["error"] == "" and followed["mirrored"] == [f"s-{n}" for n in range(1, 6)], got
+    assert followed["cursor"] == followed["head"] != got["registered_cursor"]
+    assert re.match(uuid_shape, followed["cursor"])
+    rebuilt = got["rebuilt"]
+    assert rebuilt["error"] == "" and rebuilt["mirrored"] == [f"s-{n}" for n in range(1, 7)]
+    assert rebuilt["cursor"] == rebuilt["head"] != followed["cursor"]
 
 
 async def test_setup_wizard_verification(keep_user) -> None:

@@ -55,7 +55,7 @@ class AuditQuery:
     project_id: uuid.UUID | None = None
     since: datetime | None = None
     until: datetime | None = None
-    before_id: int | None = None  # the paging cursor: entries older than this one
+    before_id: int | None = None  # the paging position (an internal id): entries older
     limit: int = 100
 
 
@@ -82,6 +82,15 @@ async def entries(session: AsyncSession, tenant: TenantScope, q: AuditQuery) -> 
         stmt = stmt.where(AuditLog.id < q.before_id)
     stmt = stmt.order_by(AuditLog.id.desc()).limit(q.limit)
     return (await session.scalars(stmt)).all()
+
+
+async def position(session: AsyncSession, tenant: TenantScope, public_id: uuid.UUID) -> int | None:
+    """The internal id of the tenant's entry with this public id, if kept."""
+    return await session.scalar(
+        select(AuditLog.id).where(
+            AuditLog.tenant_id == tenant.tenant_id, AuditLog.public_id == public_id
+        )
+    )
 
 
 async def prune(

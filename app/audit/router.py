@@ -42,22 +42,24 @@ async def audit(
     project_id: uuid.UUID | None = None,
     since: Annotated[str | None, Query(max_length=64, description=ISO)] = None,
     until: Annotated[str | None, Query(max_length=64, description=ISO)] = None,
-    cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    cursor: Annotated[
+        str | None, Query(description="`next_cursor` of the previous page (opaque).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
     """Writes, administration and authentication events of the caller's
     tenant, newest first, with filters and paging. The log cannot be edited
     through the API; entries older than the retention are dropped."""
-    rows = await service.entries(
+    page = await service.entries(
         session,
         scope,
         query=repo.AuditQuery(
             action=action, actor=actor, target=target, outcome=outcome, project_id=project_id,
-            since=_instant(since, "since"), until=_instant(until, "until"),
-            before_id=cursor, limit=limit,
+            since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
         ),
+        cursor=cursor,
     )  # fmt: skip
     return AuditPage(
-        entries=[AuditEntry(**service.view(r)) for r in rows],
-        next_cursor=rows[-1].id if len(rows) == limit else None,
+        entries=[AuditEntry(**service.view(r)) for r in page.entries],
+        next_cursor=page.next_cursor,
     )

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 
 class AuditEntry(BaseModel):
-    id: int
+    id: str = Field(description="Random, unique within the tenant (not a sequence number).")
     at: datetime
     actor: str = Field(description="key:<id>, grant:<id>, oidc:<issuer>:<subject>, admin, cli")
     action: str = Field(description="e.g. api.put_note, key.create, oauth.consent, auth.refused")
@@ -23,4 +23,6 @@ class AuditEntry(BaseModel):
 
 class AuditPage(BaseModel):
     entries: list[AuditEntry]
-    next_cursor: int | None = Field(description="Pass as `cursor` for older entries.")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for older entries (opaque; null on the last page)."
+    )

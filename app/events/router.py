@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import Database
 from app.deps import AdminScope, ReadScope, SessionDep, SettingsDep, get_db, server_secret
-from app.errors import BadRequest, TooManyRequests
 from app.events import service as events
 from app.events import webhooks
 from app.events.schemas import (
@@ -26,7 +25,10 @@ from app.events.schemas import (
 from app.events.stream import stream
 from app.jobs.schemas import JobOut
 from app.kit.fetch import FetchPolicy
+from app.models import Webhook
 from app.notes.router import tag_params
+from app.ratelimit import StreamSlots
+from app.tenancy import Scope
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["events"])
@@ -34,14 +36,13 @@ router = api_router(prefix="/v1", tags=["events"])
 DbDep = Annotated[Database, Depends(get_db)]
 
 
-def _cursor(raw: str | None, after: int | None) -> int | None:
-    if after is not None:
-        return after
-    if raw is None or not raw.strip():
-        return None
-    if not raw.strip().isdigit() or len(raw.strip()) > 18:
-        raise BadRequest(f"Last-Event-ID {raw[:40]!r} is not an event id")
-    return int(raw.strip())
+async def _stream_slot(request: Request, scope: ReadScope) -> AsyncIterator[None]:
+    """One of the tenant's stream slots (429 when none is free), held until
+    the response has been sent or has failed: FastAPI leaves a dependency's
+    block after the response, however it ends."""
+    slots: StreamSlots = request.app.state.streams
+    with slots.held(scope.tenant_id):
+        yield
 
 
 @router.get(
@@ -50,6 +51,7 @@ def _cursor(raw: str | None, after: int | None) -> int | None:
     # No response_class: the errors keep their JSON shape in the document.
     response_model=None,
     responses={200: {"content": {"text/event-stream": {}}, "description": "An event stream."}},
+    dependencies=[Depends(_stream_slot)],
 )
 async def event_stream(
     request: Request,
@@ -69,55 +71,47 @@ async def event_stream(
     ] = [],  # noqa: B006
     tag_key: Annotated[list[str], Query(description="Tag key the note must hold.")] = [],  # noqa: B006
     after: Annotated[
-        int | None,
-        Query(ge=0, le=2**62, description="Start after this event id (as `Last-Event-ID`)."),
+        str | None,
+        Query(description='Start after this event id (as `Last-Event-ID`); "0": the first.'),
     ] = None,
     last_event_id: Annotated[
-        str | None,
-        Header(alias="Last-Event-ID", description="Resume after this event id.", max_length=40),
+        str | None, Header(alias="Last-Event-ID", description="Resume after this event id.")
     ] = None,
 ) -> StreamingResponse:
-    """Each write to the project as it happens: `id` (the change id),
-    `event` (the kind) and `data` (JSON: the note id, its summary and tags
-    when sent, the time). Resume with `Last-Event-ID` (or `after`): nothing
-    made meanwhile is missed. Without either, the stream starts at the newest
-    change. A comment line every `events_heartbeat_seconds` keeps proxies
-    from closing an idle stream; `event: shutdown` ends it when the server
-    restarts (reconnect to resume)."""
+    """Each write to the project as it happens: `id` (the event's id, random
+    and opaque), `event` (the kind) and `data` (JSON: the note id, its
+    summary and tags when sent, the time). Resume with `Last-Event-ID` (or
+    `after`): nothing made meanwhile is missed. Without either, the stream
+    starts at the newest change. An id that is not one is a 400
+    `invalid_cursor`; one this project does not have (erased, or another
+    project's) a 400 `cursor_expired`. A comment line every
+    `events_heartbeat_seconds` keeps proxies from closing an idle stream;
+    `event: shutdown` ends it when the server restarts (reconnect to
+    resume)."""
     watch = events.watch_of(kind, tag_params(tag), tag_key)
-    start = _cursor(last_event_id, after)
-    if start is None:
-        start = await events.head(session, scope)
-    open_streams: dict[uuid.UUID, int] = request.app.state.event_streams
-    if open_streams.get(scope.tenant_id, 0) >= settings.events_max_streams_per_tenant:
-        raise TooManyRequests(
-            f"at most {settings.events_max_streams_per_tenant} open event streams per tenant: "
-            "close one, or use a webhook",
-            headers={"Retry-After": "10"},
-        )
+    if after is not None:
+        start = await events.start(session, scope, after=after, name="after")
+    else:
+        start = await events.start(session, scope, after=last_event_id, name="Last-Event-ID")
     drain = request.app.state.drain
-
-    async def body() -> AsyncIterator[str]:
-        open_streams[scope.tenant_id] = open_streams.get(scope.tenant_id, 0) + 1
-        try:
-            async for chunk in stream(
-                db,
-                scope,
-                watch=watch,
-                cursor=start,
-                poll_s=settings.events_poll_seconds,
-                heartbeat_s=settings.events_heartbeat_seconds,
-                draining=lambda: drain.requested,
-            ):
-                yield chunk
-        finally:
-            open_streams[scope.tenant_id] -= 1
-
     return StreamingResponse(
-        body(),
+        stream(
+            db,
+            scope,
+            watch=watch,
+            cursor=start,
+            poll_s=settings.events_poll_seconds,
+            heartbeat_s=settings.events_heartbeat_seconds,
+            draining=lambda: drain.requested,
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def _shown(session: AsyncSession, scope: Scope, hooks: Sequence[Webhook]) -> list[WebhookOut]:
+    shown = await webhooks.cursors_of(session, scope, hooks=hooks)
+    return [WebhookOut.of(h, cursor=shown[h.id]) for h in hooks]
 
 
 def _policy(settings: SettingsDep) -> FetchPolicy:
@@ -142,19 +136,23 @@ async def create_webhook(
         server_secret=server_secret(settings),
         policy=_policy(settings),
     )
-    return WebhookCreated(**WebhookOut.of(hook).model_dump(), secret=secret)
+    (out,) = await _shown(session, scope, [hook])
+    return WebhookCreated(**out.model_dump(), secret=secret)
 
 
 @router.get("/webhooks", response_model=WebhookList, summary="List webhooks")
 async def list_webhooks(scope: AdminScope, session: SessionDep) -> WebhookList:
     """The project's webhooks (secrets are never shown again)."""
-    return WebhookList(webhooks=[WebhookOut.of(h) for h in await webhooks.list_for(session, scope)])
+    return WebhookList(
+        webhooks=await _shown(session, scope, await webhooks.list_for(session, scope))
+    )
 
 
 @router.get("/webhooks/{webhook_id}", response_model=WebhookOut, summary="Get a webhook")
 async def get_webhook(webhook_id: WebhookId, scope: AdminScope, session: SessionDep) -> WebhookOut:
     """One webhook of the project."""
-    return WebhookOut.of(await webhooks.get(session, scope, webhook_id=webhook_id))
+    hook = await webhooks.get(session, scope, webhook_id=webhook_id)
+    return (await _shown(session, scope, [hook]))[0]
 
 
 @router.patch("/webhooks/{webhook_id}", response_model=WebhookOut, summary="Change a webhook")
@@ -166,12 +164,14 @@ async def update_webhook(
     settings: SettingsDep,
 ) -> WebhookOut:
     """Change the URL, filters or description, or pause (`active: false`)
-    and resume: a paused webhook's changes wait for it."""
-    changes = body.model_dump(exclude_none=True)
+    and resume: a paused webhook's changes wait for it. Fields left out keep
+    their value (an empty body changes nothing and returns the webhook); a
+    field sent as `null` is a 400."""
+    changes = body.model_dump(exclude_unset=True)
     hook = await webhooks.update(
         session, scope, webhook_id=webhook_id, changes=changes, policy=_policy(settings)
     )
-    return WebhookOut.of(hook)
+    return (await _shown(session, scope, [hook]))[0]
 
 
 @router.delete("/webhooks/{webhook_id}", status_code=204, summary="Delete a webhook")

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest
+from app.kit import cursors
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.timeutil import keep_ts
@@ -80,7 +81,7 @@ def _event(scope: Scope, change: Change, note: Note | None) -> dict[str, Any] | 
         return None
     detail = {k: v for k, v in (change.payload or {}).items() if k not in ("summary", "tags")}
     return {
-        "id": change.id,
+        "id": cursors.show(change.public_id),
         "kind": change.kind,
         "note_id": change.entity_id,
         "project": scope.project_slug,
@@ -117,5 +118,25 @@ async def read(
 
 
 async def head(session: AsyncSession, scope: Scope) -> int:
-    """The newest event's id (a stream without a cursor starts after it)."""
+    """The newest event's place in the feed (a stream without a cursor
+    starts after it; a webhook is made there)."""
     return await feed.head(session, scope, watched=True)
+
+
+async def start(session: AsyncSession, scope: Scope, *, after: str | None, name: str) -> int:
+    """Where a stream resumes: after the event whose id ``after`` is (looked
+    up in the caller's project; ``"0"``: the first event), or at the newest
+    when ``after`` is None or blank. ``name`` is what the client sent it as,
+    for the 400s: text that is no event id, or an event this project does
+    not have (``cursor_expired``: the client reconnects without it)."""
+    if after is None or not after.strip():
+        return await head(session, scope)
+    wanted = cursors.parse_feed(after, name=name)
+    if wanted is None:
+        return 0
+    found = await feed.position(session, scope, wanted)
+    if found is None:
+        raise cursors.expired(
+            name, after, restart="reconnect without it to follow from the newest event"
+        )
+    return found

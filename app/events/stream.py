@@ -29,7 +29,7 @@ RETRY_MS = 2000  # how long EventSource clients wait before reconnecting
 
 
 def frame(event: dict[str, Any]) -> str:
-    """One SSE message: the change id (for ``Last-Event-ID``), the kind, JSON."""
+    """One SSE message: the event's id (for ``Last-Event-ID``), the kind, JSON."""
     data = json.dumps(event, separators=(",", ":"), default=str)
     return f"id: {event['id']}\nevent: {event['kind']}\ndata: {data}\n\n"
 
@@ -44,7 +44,7 @@ async def stream(
     heartbeat_s: float,
     draining: Callable[[], bool],
 ) -> AsyncIterator[str]:
-    yield f"retry: {RETRY_MS}\n: stream open after event {cursor}\n\n"
+    yield f"retry: {RETRY_MS}\n: stream open\n\n"  # never the feed's place: it is internal
     quiet_since = time.monotonic()
     try:
         while not draining():

@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import tenancy
 from app.db import Database
-from app.errors import BadRequest, NoteNotFound
+from app.errors import NoteNotFound
+from app.kit import cursors
 from app.kit.timeutil import keep_ts, utcnow
-from app.models import Note, NoteVersion, Part
+from app.models import Change, Note, NoteVersion, Part
 from app.notes import repository as notes
 from app.notes.common import valid_id
 from app.notes.repository import changes as feed
@@ -152,29 +153,52 @@ async def bundle(
 async def changes(
     session: AsyncSession, scope: Scope, *, cursor: str, limit: int
 ) -> dict[str, Any]:
-    """A page of the change feed after ``cursor`` (``"0"`` at the start);
-    ``limit`` 0 reads only the head."""
-    try:
-        after = int(cursor)
-        if after < 0:
-            raise ValueError
-    except ValueError as exc:
-        raise BadRequest(
-            f"invalid cursor {cursor[:40]!r}: use the cursor of the last page"
-        ) from exc
-    newest = await feed.head(session, scope)
+    """A page of the change feed after ``cursor``; ``limit`` 0 reads only the
+    head.
+
+    A cursor is the public id of the last change seen (``"0"``: from the
+    start), looked up in the caller's project to recover its place in the
+    feed; the feed's order (its internal ids) is never shown. Text that is
+    no cursor is a 400. A well-formed cursor naming no change of the project
+    (its project was erased and made again, it is another project's, or it
+    is a number saved before cursors were ids) has lost its place: the
+    answer says ``compacted`` with no events and the head as the next
+    cursor, which keep's client reads as "rebuild the mirror, then follow
+    from the head" (§3.5)."""
+    wanted = cursors.parse_feed(cursor)
+    head = await feed.newest(session, scope)
+    head_cursor = cursors.show(head) if head is not None else cursors.START
+    after = 0 if wanted is None else await feed.position(session, scope, wanted)
+    if after is None:
+        return _changes_page(scope, cursor=head_cursor, head=head_cursor, compacted=True)
     events = await feed.after(session, scope, cursor=after, limit=limit) if limit > 0 else []
-    next_cursor = events[-1].id if events else (newest if limit == 0 else after)
+    if events:
+        next_cursor = cursors.show(events[-1].public_id)
+    elif limit == 0:
+        next_cursor = head_cursor
+    else:
+        next_cursor = cursors.START if wanted is None else cursors.show(wanted)
+    return _changes_page(scope, cursor=next_cursor, head=head_cursor, events=events)
+
+
+def _changes_page(
+    scope: Scope,
+    *,
+    cursor: str,
+    head: str,
+    events: Sequence[Change] = (),
+    compacted: bool = False,
+) -> dict[str, Any]:
     return {
         "format": "keep-export-changes",
         "version": 1,
-        "cursor": str(next_cursor),
-        "head_cursor": str(newest),
-        "compacted": False,
+        "cursor": cursor,
+        "head_cursor": head,
+        "compacted": compacted,
         "truncated": False,  # the feed is never pruned: nothing was left out
         "events": [
             {
-                "outbox_id": e.id,
+                "outbox_id": cursors.show(e.public_id),
                 "mutation": e.mutation,
                 "entity_id": e.entity_id,
                 "collection": scope.project_slug,

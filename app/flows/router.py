@@ -12,7 +12,7 @@ from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import NoteNotFound
 from app.flows import exports, service
 from app.flows import note_context as flow_context
-from app.flows.schemas import FlowRequest, FlowResult, ImportRequest, ImportResult
+from app.flows.schemas import ChangesPage, FlowRequest, FlowResult, ImportRequest, ImportResult
 from app.flows.states import FlowContext
 from app.notes import importing
 from app.settings import Limits
@@ -129,15 +129,22 @@ async def export_bundle(
     )
 
 
-@router.get("/export/changes", summary="The change feed (keep-export-changes)")
+@router.get(
+    "/export/changes", response_model=ChangesPage, summary="The change feed (keep-export-changes)"
+)
 async def export_changes(
     scope: ReadScope,
     session: SessionDep,
-    cursor: Annotated[str, Query(max_length=40, description='"0" at the start.')] = "0",
+    cursor: Annotated[
+        str, Query(description='`cursor` of the previous page (opaque); "0" at the start.')
+    ] = "0",
     limit: Annotated[int, Query(ge=0, le=exports.MAX_CHANGES)] = 1000,
 ) -> dict[str, Any]:
     """Writes to the project after `cursor`, oldest first; pass the returned
-    `cursor` for the next page (`limit` 0 reads only `head_cursor`)."""
+    `cursor` for the next page (`limit` 0 reads only `head_cursor`). A
+    cursor is the id of the last change seen: text that is not one is a
+    400; one naming no change of this project answers `compacted` (start
+    again from a full export, then follow from `cursor`)."""
     return await exports.changes(session, scope, cursor=cursor, limit=limit)
 
 

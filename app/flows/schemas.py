@@ -69,3 +69,30 @@ class ImportResult(BaseModel):
     parts: int
     skipped: int
     queued: int = Field(description="Notes queued for embedding and the rest of the pipeline.")
+
+
+class ChangeEvent(BaseModel):
+    """One write in keep's change feed (``keep-export-changes``)."""
+
+    outbox_id: str = Field(description="The change's id: random, not a sequence number.")
+    mutation: str = Field(description="doc_insert, doc_update, doc_delete, part_*, edge_* ...")
+    entity_id: str
+    collection: str = Field(description="The project.")
+    payload_json: str
+    created_at: str
+    affected_note_ids: list[str]
+
+
+class ChangesPage(BaseModel):
+    """A page of ``GET /v1/export/changes`` (KEEP_PROTOCOL §3.5)."""
+
+    format: Literal["keep-export-changes"]
+    version: int
+    cursor: str = Field(description="Pass as `cursor` for the next page (opaque).")
+    head_cursor: str = Field(description='The newest change\'s cursor ("0" when none).')
+    compacted: bool = Field(
+        description="The cursor named no change of the project (its place is lost): no "
+        "events, `cursor` is the head; rebuild from a full export and follow from there."
+    )
+    truncated: bool = Field(description="Always false: keepmem never drops feed rows.")
+    events: list[ChangeEvent]

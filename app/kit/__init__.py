@@ -1,6 +1,7 @@
 """Shared vocabulary every domain speaks: note ids and project slugs
 (``ids``), tag rules (``tags``), the change feed's kinds (``changes``), time
-parsing (``timeutil``), what may be stored (``storable``), redaction of
+parsing (``timeutil``), what may be stored (``storable``), the opaque
+cursors over shared sequences (``cursors``), redaction of
 secrets and private spans (``redaction``) and the safe fetch of outside URLs
 (``fetch``).
 

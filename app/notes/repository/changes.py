@@ -1,8 +1,13 @@
-"""The mutation change feed, written in the same transaction as the mutation."""
+"""The mutation change feed, written in the same transaction as the mutation.
+
+``id`` (a sequence every tenant shares) orders the feed and never leaves the
+service; ``public_id`` (random) is what events, cursors and webhooks show.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -99,6 +104,45 @@ async def head(session: AsyncSession, scope: Scope, *, watched: bool = False) ->
     """The newest change id of the project (0 when none)."""
     newest = await session.scalar(select(func.max(Change.id)).where(*_of(scope, watched=watched)))
     return int(newest or 0)
+
+
+async def newest(session: AsyncSession, scope: Scope, *, watched: bool = False) -> uuid.UUID | None:
+    """The public id of the project's newest change (None when none)."""
+    return await session.scalar(
+        select(Change.public_id)
+        .where(*_of(scope, watched=watched))
+        .order_by(Change.id.desc())
+        .limit(1)
+    )
+
+
+async def position(session: AsyncSession, scope: Scope, public_id: uuid.UUID) -> int | None:
+    """The id of the project's change with this public id (None: not the
+    project's, or not visible to the scope)."""
+    return await session.scalar(
+        select(Change.id).where(
+            Change.tenant_id == scope.tenant_id,
+            Change.project_id == scope.project_id,
+            Change.public_id == public_id,
+        )
+    )
+
+
+async def public_ids(
+    session: AsyncSession, scope: Scope, ids: Iterable[int]
+) -> dict[int, uuid.UUID]:
+    """The public ids of the project's changes ``ids`` (those it still has)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    rows = await session.execute(
+        select(Change.id, Change.public_id).where(
+            Change.tenant_id == scope.tenant_id,
+            Change.project_id == scope.project_id,
+            Change.id.in_(wanted),
+        )
+    )
+    return {int(i): p for i, p in rows.all()}
 
 
 def _journal(entity_ids: Sequence[str]) -> None:

@@ -136,6 +136,12 @@ export function stream(path, { onEvent, onState }) {
         if (!stopped) onState("reconnecting");
       } catch (error) {
         if (stopped) return;
+        if (error instanceof ApiError && error.code === "cursor_expired" && lastId) {
+          // the last event is gone (the project was erased): follow from the newest
+          lastId = null;
+          onState("reconnecting");
+          continue;
+        }
         onState(error instanceof ApiError && error.status < 500 ? `off: ${error.message}` : "reconnecting");
         if (error instanceof ApiError && error.status < 500 && error.status !== 429) return;
       }
