@@ -33,6 +33,8 @@ from app.errors import (
 )
 from app.kit.ids import MAX_ID_LENGTH, PROJECT_SLUG_PATTERN
 from app.logs import log_failure
+from app.oauth import resource, tokens
+from app.oauth.keyring import Keyring
 from app.request_vars import Journal, journal_var, tenant_var
 from app.settings import Limits, Settings
 from app.tenancy import ADMIN, READ, WRITE, Scope, TenantScope, mint
@@ -102,7 +104,10 @@ SessionDep = Annotated[AsyncSession, Depends(unit_of_work, scope="function")]
 api_key_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="ApiKey",
-    description="A tenant API key (km_...) or an OAuth 2.1 access token.",
+    description="A tenant API key (km_...) or an OAuth 2.1 access token: keepmem's own "
+    "(for this server: its aud names this server's URL or its /mcp), or a trusted "
+    "issuer's; when several tenants trust that issuer and audience, name yours in the "
+    "X-Keepmem-Tenant header (its tenant id).",
 )
 admin_scheme = HTTPBearer(
     auto_error=False, scheme_name="AdminToken", description="The operator's KEEPMEM_ADMIN_TOKEN."
@@ -135,6 +140,17 @@ def server_secret(settings: Settings) -> str:
     return settings.secret_key.get_secret_value()
 
 
+def token_verifier(request: Request, settings: Settings) -> tokens.Verifier | None:
+    """How this request's access tokens are checked: keepmem's own must name
+    this server (its public URL, else the URL the request reached) in ``aud``;
+    ``X-Keepmem-Tenant`` names the tenant for an issuer several tenants trust."""
+    keyring: Keyring | None = getattr(request.app.state, "keyring", None)
+    if keyring is None:
+        return None
+    issuer = resource.issuer_of(settings.public_url, str(request.base_url))
+    return tokens.Verifier.of(keyring, issuer, request.headers.get(tokens.TENANT_HEADER))
+
+
 async def current_scope(
     request: Request,
     response: Response,
@@ -153,7 +169,7 @@ async def current_scope(
             session,
             presented=_bearer(credentials),
             server_secret=server_secret(settings),
-            keyring=getattr(request.app.state, "keyring", None),
+            verifier=token_verifier(request, settings),
         )
     except Unauthorized:
         await ratelimit.count_failure(redis, address=address, failures_per_minute=failures)

@@ -75,13 +75,16 @@ async def resolve_project_created(
     tenant: TenantScope,
     *,
     slug: str,
-    may_create: bool = True,
-    max_projects: int | None = None,
+    may_create: bool,
+    max_projects: int | None,
 ) -> tuple[Project, bool]:
     """The tenant's project with this slug, and whether this call created it.
 
-    A project is made (and seeded) on first use only when ``may_create`` (the
-    caller can write) and the tenant has fewer than ``max_projects``."""
+    The one place a project is made on first use (the X-Project header,
+    keep's storage backend, OAuth consent): only when ``may_create`` (the
+    credential may make projects, ``tenants.may_create_projects``) and the
+    tenant has fewer than ``max_projects`` (else 403 ``project_limit``).
+    Every caller states both, so none can forget the cap."""
     try:
         validate_project_slug(slug)
     except InvalidId as exc:
@@ -130,7 +133,7 @@ async def scope_for_key(
     for a request (``slug`` as the X-Project header) — exactly the scope the
     same key gets from the REST API."""
     credential = await auth_service.resolve_credential(
-        session, presented=presented, server_secret=server_secret, keyring=None
+        session, presented=presented, server_secret=server_secret, verifier=None
     )
     tenant = credential.tenant
     await tenancy.bind(session, tenant)

@@ -17,7 +17,6 @@ from app.kit import tags as tagrules
 from app.kit.timeutil import utcnow
 from app.models import ApiKey
 from app.oauth import tokens
-from app.oauth.keyring import Keyring
 from app.tenancy import ALL_SCOPES, Scope, TenantScope, mint_tenant, tenant_for_admin
 
 MAX_KEY_NAME = 200
@@ -84,14 +83,19 @@ class Credential:
 
 
 async def resolve_credential(
-    session: AsyncSession, *, presented: str, server_secret: str, keyring: Keyring | None
+    session: AsyncSession,
+    *,
+    presented: str,
+    server_secret: str,
+    verifier: tokens.Verifier | None,
 ) -> Credential:
     """An API key or an OAuth access token (keepmem's or a trusted
-    issuer's), resolved to the same kind of scope; any failure is a 401."""
+    issuer's, checked by ``verifier``: signature, expiry, audience),
+    resolved to the same kind of scope; any failure is a 401."""
     if tokens.looks_like_jwt(presented):
-        if keyring is None:
+        if verifier is None:
             raise Unauthorized("access tokens are not accepted here")
-        tenant, slug = await tokens.authenticate(session, presented, keyring)
+        tenant, slug = await tokens.authenticate(session, presented, verifier)
         return Credential(tenant=tenant, project_slug=slug)
     return Credential(
         tenant=tenant_of(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, or_, select, text, update
+from sqlalchemy import delete, exists, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import OAuthClient, OAuthCode, OAuthGrant, OAuthIssuer, OAuthKey
@@ -69,6 +69,31 @@ async def insert_client(session: AsyncSession, row: OAuthClient) -> OAuthClient:
     session.add(row)
     await session.flush()
     return row
+
+
+async def mark_client_used(session: AsyncSession, client_id: str) -> None:
+    """The client completed a grant: it is no longer pruned as unused."""
+    await session.execute(
+        update(OAuthClient)
+        .where(OAuthClient.client_id == client_id, OAuthClient.used_at.is_(None))
+        .values(used_at=text("now()"))
+    )
+
+
+async def prune_unused_clients(session: AsyncSession, keep: int) -> None:
+    """Delete the registered (tenantless) clients that never completed a
+    grant, but the newest ``keep`` and any holding an authorization code."""
+    unused = (
+        select(OAuthClient.client_id)
+        .where(
+            OAuthClient.tenant_id.is_(None),
+            OAuthClient.used_at.is_(None),
+            ~exists().where(OAuthCode.client_id == OAuthClient.client_id),
+        )
+        .order_by(OAuthClient.created_at.desc(), OAuthClient.client_id.desc())
+        .offset(max(0, keep))
+    )
+    await session.execute(delete(OAuthClient).where(OAuthClient.client_id.in_(unused)))
 
 
 async def list_clients(session: AsyncSession, tenant: TenantScope) -> Sequence[OAuthClient]:
@@ -222,20 +247,20 @@ async def delete_issuer(session: AsyncSession, tenant: TenantScope, issuer_id: u
     return result.first() is not None
 
 
-async def resolve_issuer(
+async def resolve_issuers(
     session: AsyncSession, issuer: str, audiences: Sequence[str]
-) -> OAuthIssuer | None:
-    """Which tenant trusts this issuer for one of these audiences (SECURITY DEFINER)."""
-    row = (
-        await session.execute(
+) -> Sequence[OAuthIssuer]:
+    """Every tenant's trust of this issuer for one of these audiences,
+    oldest first (SECURITY DEFINER: before any tenant is known)."""
+    return (
+        await session.scalars(
             select(OAuthIssuer).from_statement(
-                text("SELECT * FROM keepmem_resolve_issuer(:i, :a)").bindparams(
-                    i=issuer, a=list(audiences)
-                )
+                text(
+                    "SELECT * FROM keepmem_resolve_issuer(:i, :a) ORDER BY created_at, id"
+                ).bindparams(i=issuer, a=list(audiences))
             )
         )
-    ).scalar()
-    return row
+    ).all()
 
 
 async def delete_of_project(

@@ -13,30 +13,32 @@ tenant's OAuth administration.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Annotated, Any
 
+from authlib.oauth2.rfc6749.errors import OAuth2Error
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from app import ratelimit
 from app.deps import AdminScope, SessionDep, SettingsDep, server_secret
-from app.errors import AppError, BadRequest, NotConfigured
-from app.oauth import pages, service
+from app.errors import AppError, NotConfigured, PayloadTooLarge
+from app.oauth import pages, registration, service
 from app.oauth.adapters import Answer, Incoming
 from app.oauth.keyring import Keyring
+from app.oauth.resource import MCP_PATH
 from app.oauth.schemas import (
     ClientCreate,
     ClientCreated,
     ClientList,
+    ClientMetadata,
     ClientOut,
     IssuerCreate,
     IssuerList,
     IssuerOut,
     OAuthErrorOut,
 )
-from app.wire import api_router
+from app.wire import RefusedInput, api_router, loads
 
 router = api_router(tags=["oauth"])
 # The OAuth protocol endpoints answer errors as RFC 6749 §5.2 says.
@@ -47,7 +49,6 @@ protocol = api_router(
         401: {"model": OAuthErrorOut, "description": "The client did not authenticate."},
     },
 )
-MCP_PATH = "/mcp"
 
 
 def _keyring(request: Request) -> Keyring:
@@ -178,7 +179,7 @@ async def authorize(request: Request, ctx: Context) -> Response:
 async def token(request: Request, ctx: Context) -> Response:
     """Authorization code (with PKCE), refresh token and client credentials grants."""
     incoming = await _incoming(request)
-    answer = await service.run(ctx, lambda server: server.create_token_response(incoming))
+    answer = await service.token(ctx, incoming)
     if answer.status in (400, 401):
         await ratelimit.count_failure(
             request.app.state.redis,
@@ -210,21 +211,70 @@ async def introspect(request: Request, ctx: Context) -> Response:
     )
 
 
-@protocol.post("/oauth/register", status_code=201, summary="Register a client (RFC 7591)")
-async def register(request: Request, ctx: Context) -> Response:
-    """Dynamic client registration for MCP clients (authorization code only)."""
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError as exc:
-        raise BadRequest("the registration request must be a JSON object") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("the registration request must be a JSON object")
-    incoming = Incoming(method="POST", url=str(request.url), headers=request.headers, json=body)
-    return _response(
-        await service.run(
-            ctx, lambda server: server.create_endpoint_response("client_registration", incoming)
-        )
+async def registration_body(request: Request, settings: SettingsDep) -> bytes:
+    """A registration's body, read after the address's rate limit and at
+    most :data:`registration.MAX_BODY_BYTES` of it (before any database work)."""
+    await ratelimit.count_registration(
+        request.app.state.redis,
+        address=request.client.host if request.client else "unknown",
+        per_minute=settings.oauth_registrations_per_minute,
     )
+    limit = registration.MAX_BODY_BYTES
+    too_large = PayloadTooLarge(f"a registration request is at most {limit} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return body
+
+
+def registration_json(raw: bytes) -> Any:
+    """The registration's JSON, through the service's one decoder
+    (:func:`app.wire.loads`: strict, depth-limited); what it refuses, or
+    what is no JSON, is ``invalid_client_metadata``."""
+    try:
+        return loads(raw) if raw.strip() else {}
+    except RefusedInput as exc:
+        raise registration.unreadable(str(exc.detail)) from None
+    except ValueError as exc:  # malformed JSON, or bytes that are not UTF-8
+        raise registration.unreadable(f"not JSON ({str(exc)[:100]})") from None
+
+
+_REGISTRATION_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": ClientMetadata.model_json_schema()}},
+    }
+}
+
+
+@protocol.post(
+    "/oauth/register",
+    status_code=201,
+    summary="Register a client (RFC 7591)",
+    openapi_extra=_REGISTRATION_DOC,
+)
+async def register(
+    request: Request, raw: Annotated[bytes, Depends(registration_body)], ctx: Context
+) -> Response:
+    """Dynamic client registration for MCP clients (authorization code only).
+
+    Open to anyone, so bounded: at most 64 KiB (413), every member of its
+    type and length, redirect URIs https (http only on a loopback address)
+    without fragment; refusals are 400 ``invalid_client_metadata`` or
+    ``invalid_redirect_uri`` (RFC 7591 §3.2.2). Registrations per minute per
+    address are limited (429). Clients that never complete a grant are kept
+    up to a cap, the oldest deleted to make room."""
+    try:
+        body = registration_json(raw)
+    except OAuth2Error as error:
+        return _response(service.refusal(error))
+    incoming = Incoming(method="POST", url=str(request.url), headers=request.headers)
+    return _response(await service.register(ctx, incoming, body))
 
 
 # -- administration -----------------------------------------------------------------
@@ -273,7 +323,10 @@ async def revoke_client(client_id: str, scope: AdminScope, session: SessionDep) 
 )
 async def add_issuer(body: IssuerCreate, scope: AdminScope, session: SessionDep) -> IssuerOut:
     """Accept access tokens from an OpenID Connect issuer (verified with its
-    JWKS), mapping claims to project, scopes and tag scope."""
+    JWKS, carrying ``audience`` in ``aud``), mapping claims to project,
+    scopes and tag scope. The pair is unique per tenant (409 when this
+    tenant already trusts it); when several tenants trust one, tokens name
+    theirs with the ``X-Keepmem-Tenant`` header."""
     return IssuerOut.of(await service.add_issuer(session, scope, fields=body.model_dump()))
 
 

@@ -26,8 +26,7 @@ import anyio.from_thread
 from authlib.oauth2.rfc6749 import AuthorizationServer, JsonRequest, OAuth2Request, grants
 from authlib.oauth2.rfc6749.errors import InvalidRequestError
 from authlib.oauth2.rfc7009 import RevocationEndpoint
-from authlib.oauth2.rfc7591 import ClientMetadataClaims, ClientRegistrationEndpoint
-from authlib.oauth2.rfc7591.errors import InvalidClientMetadataError
+from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint
 from authlib.oauth2.rfc7636 import CodeChallenge
 from authlib.oauth2.rfc7662 import IntrospectionEndpoint
 from authlib.oauth2.rfc9068 import JWTBearerTokenGenerator
@@ -85,6 +84,7 @@ class Server(AuthorizationServer):  # type: ignore[misc]
         access_seconds: int,
         refresh_days: int,
         registration_open: bool,
+        max_unused_clients: int,
     ) -> None:
         super().__init__(scopes_supported=list(ALL_SCOPES))
         self.session = session
@@ -94,6 +94,7 @@ class Server(AuthorizationServer):  # type: ignore[misc]
         self.access_seconds = access_seconds
         self.refresh_days = refresh_days
         self.registration_open = registration_open
+        self.max_unused_clients = max_unused_clients
         self.pending_grant: uuid.UUID | None = None
         self.events: list[Event] = []  # for the tenants' audit trails
         self.signing_key: Any = None
@@ -103,7 +104,7 @@ class Server(AuthorizationServer):  # type: ignore[misc]
         self.register_grant(_ClientCredentialsGrant)
         self.register_endpoint(_Revocation)
         self.register_endpoint(_Introspection)
-        self.register_endpoint(_Registration(claims_classes=[ClientMetadataClaims]))
+        self.register_endpoint(_Registration())
         self.register_extension(IssuerParam(issuer))
 
     # -- the bridge to the event loop ----------------------------------------------
@@ -163,6 +164,7 @@ class Server(AuthorizationServer):  # type: ignore[misc]
             access_expires_at=access_expires,
         )
         self.run(repo.insert_grant, self.session, grant)
+        self.run(repo.mark_client_used, self.session, client.client_id)
         self.events.append(
             Event("oauth.token", grant.tenant_id, grant.client_id, grant.id,
                   {"grant_type": grant_type, "scopes": grant.scopes})
@@ -188,7 +190,8 @@ class Server(AuthorizationServer):  # type: ignore[misc]
 
     def find_token(self, token_string: str) -> GrantToken | None:
         if tokens.looks_like_jwt(token_string):
-            grant_id = self.run(_grant_of_access_token, self.session, self.keyring, token_string)
+            verifier = tokens.Verifier.of(self.keyring, self.issuer)
+            grant_id = self.run(_grant_of_access_token, self.session, verifier, token_string)
             if grant_id is None:
                 return None
             row = self.run(repo.get_grant, self.session, grant_id)
@@ -236,10 +239,10 @@ async def _rotate(
 
 
 async def _grant_of_access_token(
-    session: AsyncSession, keyring: Keyring, token: str
+    session: AsyncSession, verifier: tokens.Verifier, token: str
 ) -> uuid.UUID | None:
     try:
-        scope, _ = await tokens.authenticate(session, token, keyring)
+        scope, _ = await tokens.authenticate(session, token, verifier)
     except Unauthorized:
         return None
     if not scope.credential.startswith("grant:"):
@@ -408,6 +411,9 @@ class _Introspection(IntrospectionEndpoint):  # type: ignore[misc]
 
 
 class _Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
+    """Registration of public clients (no tenant) for the authorization-code
+    flow; the metadata arrives checked (``app.oauth.registration``)."""
+
     def authenticate_token(self, request: Any) -> bool | None:
         server: Server = self.server
         return True if server.registration_open else None
@@ -415,6 +421,9 @@ class _Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
     def get_server_metadata(self) -> dict[str, Any]:
         server: Server = self.server
         return server.metadata()
+
+    def extract_client_metadata(self, request: Any) -> dict[str, Any]:
+        return dict(request.payload.data)
 
     def generate_client_id(self, request: Any) -> str:
         return "mcp_" + secrets.token_urlsafe(18)
@@ -439,25 +448,15 @@ class _Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
         self, client_info: dict[str, Any], client_metadata: dict[str, Any], request: Any
     ) -> OAuthClient:
         server: Server = self.server
-        grant_types = client_metadata.get("grant_types") or ["authorization_code"]
-        if any(g not in PUBLIC_GRANTS for g in grant_types):
-            raise InvalidClientMetadataError(
-                "registered clients may use only authorization_code and refresh_token; "
-                "client credentials belong to a tenant's service accounts"
-            )
-        if not client_metadata.get("redirect_uris"):
-            raise InvalidClientMetadataError("redirect_uris is required")
+        # Clients that never completed a grant are kept up to a cap: the
+        # oldest make room (registration is open to anyone; a client in the
+        # middle of its consent, holding a code, is kept).
+        server.run(repo.prune_unused_clients, server.session, server.max_unused_clients - 1)
         secret = client_info.get("client_secret")
         row = OAuthClient(
             client_id=client_info["client_id"],
             tenant_id=None,
             secret_hash=hash_secret(server.server_secret, secret) if secret else None,
-            client_metadata={
-                **client_metadata,
-                "grant_types": grant_types,
-                "token_endpoint_auth_method": client_metadata.get(
-                    "token_endpoint_auth_method", "client_secret_basic"
-                ),
-            },
+            client_metadata=client_metadata,
         )
         return server.run(repo.insert_client, server.session, row)

@@ -21,16 +21,17 @@ from app import tenancy
 from app.accounts import service as accounts
 from app.audit import repository as audit
 from app.auth import service as auth_service
-from app.errors import BadRequest, Conflict, Forbidden, NotFound
+from app.errors import BadRequest, Conflict, Forbidden, InvalidTarget, NotFound
 from app.kit import tags as tagrules
 from app.kit.tags import InvalidTags
 from app.models import OAuthClient, OAuthIssuer
+from app.oauth import registration, resource
 from app.oauth import repository as repo
 from app.oauth.adapters import Answer, Client, Consent, Incoming, hash_secret
 from app.oauth.keyring import Keyring
 from app.oauth.server import Server
 from app.settings import Settings
-from app.tenancy import ADMIN, ALL_SCOPES, WRITE, Scope, TenantScope
+from app.tenancy import ADMIN, ALL_SCOPES, Scope, TenantScope
 from app.tenants import service as tenants_service
 
 MAX_ISSUERS_PER_TENANT = 20
@@ -40,7 +41,7 @@ MAX_CLIENTS_PER_TENANT = 100
 def issuer_of(settings: Settings, base_url: str) -> str:
     """The issuer (and the base of every OAuth URL): the configured public
     URL, else the request's own base URL."""
-    return (settings.public_url or base_url).rstrip("/")
+    return resource.issuer_of(settings.public_url, base_url)
 
 
 @dataclass(slots=True)
@@ -60,6 +61,23 @@ class OAuthContext:
             access_seconds=self.settings.oauth_access_token_seconds,
             refresh_days=self.settings.oauth_refresh_token_days,
             registration_open=self.settings.oauth_registration,
+            max_unused_clients=self.settings.oauth_max_unused_clients,
+        )
+
+    @property
+    def resources(self) -> frozenset[str]:
+        """This server's resource URLs: the only audiences its tokens name."""
+        return resource.resources_of(self.issuer)
+
+    def foreign_target(self, requested: Sequence[str]) -> str | None:
+        """An RFC 8707 ``resource`` of the request that is not this server
+        (keepmem mints tokens for itself alone), or None."""
+        return next((r for r in requested if not resource.is_ours(r, self.resources)), None)
+
+    def invalid_target(self, requested: str) -> str:
+        return registration.error_text(
+            f"resource {requested[:200]} is not this server: keepmem issues tokens only for "
+            f"{self.issuer} and {self.issuer}{resource.MCP_PATH}"
         )
 
 
@@ -67,6 +85,41 @@ INSECURE = (
     "OAuth needs https (or a loopback address): serve keepmem over TLS and set "
     "KEEPMEM_PUBLIC_URL to the https URL clients use"
 )
+
+
+class InvalidTargetError(OAuth2Error):  # type: ignore[misc]
+    """RFC 8707 §2: the requested resource is not one this server issues tokens for."""
+
+    error = "invalid_target"
+
+
+def refusal(error: OAuth2Error) -> Answer:
+    """An OAuth error answered before authlib runs, in the RFC 6749 §5.2 shape."""
+    status, body, headers = error()
+    return Answer(status=status, body=dict(body), headers=list(headers))
+
+
+async def token(ctx: OAuthContext, incoming: Incoming) -> Answer:
+    """The token endpoint: a ``resource`` naming another server is
+    ``invalid_target`` (RFC 8707 §2); otherwise authlib's grants answer."""
+    requested = [*incoming.form.get("resource", []), *incoming.args.get("resource", [])]
+    foreign = ctx.foreign_target(requested)
+    if foreign is not None:
+        return refusal(InvalidTargetError(ctx.invalid_target(foreign)))
+    return await run(ctx, lambda server: server.create_token_response(incoming))
+
+
+async def register(ctx: OAuthContext, incoming: Incoming, body: Any) -> Answer:
+    """Dynamic client registration (RFC 7591): the metadata checked
+    (:mod:`app.oauth.registration`) before authlib stores the client."""
+    try:
+        metadata = registration.check(body)
+    except OAuth2Error as error:
+        return refusal(error)
+    incoming.json = metadata
+    return await run(
+        ctx, lambda server: server.create_endpoint_response("client_registration", incoming)
+    )
 
 
 async def run(ctx: OAuthContext, act: Callable[[Server], Answer]) -> Answer:
@@ -111,6 +164,9 @@ async def consent_request(ctx: OAuthContext, incoming: Incoming) -> ConsentReque
     method = incoming.args.get("code_challenge_method", ["S256"])
     if method != ["S256"] or len(incoming.args.get("code_challenge", [])) != 1:
         raise BadRequest("PKCE is required: send code_challenge with code_challenge_method=S256")
+    foreign = ctx.foreign_target(incoming.args.get("resource", []))
+    if foreign is not None:
+        raise InvalidTarget(f"invalid_target: {ctx.invalid_target(foreign)}")
     await tenancy.bind_oauth(ctx.session)
     server = ctx.server()
 
@@ -165,13 +221,19 @@ async def consent_submit(ctx: OAuthContext, incoming: Incoming, form: ConsentFor
     request = await consent_request(ctx, incoming)
     tenant = (
         await auth_service.resolve_credential(
-            ctx.session, presented=form.api_key, server_secret=ctx.server_secret, keyring=None
+            ctx.session, presented=form.api_key, server_secret=ctx.server_secret, verifier=None
         )
     ).tenant
     await tenancy.bind(ctx.session, tenant)
     consent: Consent | None = None
     if form.allow:
-        consent = await _consent(ctx.session, tenant, request, form)
+        consent = await _consent(
+            ctx.session,
+            tenant,
+            request,
+            form,
+            max_projects=ctx.settings.max_projects_per_tenant,
+        )
     await audit.record(
         ctx.session,
         tenant,
@@ -192,20 +254,29 @@ async def consent_submit(ctx: OAuthContext, incoming: Incoming, form: ConsentFor
 
 
 async def _consent(
-    session: AsyncSession, tenant: TenantScope, request: ConsentRequest, form: ConsentForm
+    session: AsyncSession,
+    tenant: TenantScope,
+    request: ConsentRequest,
+    form: ConsentForm,
+    *,
+    max_projects: int,
 ) -> Consent:
     scopes = [s for s in request.scopes if s in form.scopes and s in tenant.permissions]
     if not scopes:
         raise Forbidden("choose at least one scope this API key holds")
     terms = sorted({*tenant.tag_terms, *parse_tag_lines(form.tags)})
+    slug = form.project.strip() or tenants_service.DEFAULT_PROJECT
+    # The project is made on first use as for the X-Project header: by a key
+    # that may make projects (and a grant that will not be tag-scoped), under
+    # the tenant's cap (403 project_limit).
     project, _ = await accounts.resolve_project_created(
         session,
         tenant,
-        slug=form.project.strip() or tenants_service.DEFAULT_PROJECT,
-        may_create=WRITE in tenant.permissions and tenant.project_lock is None and not terms,
+        slug=slug,
+        may_create=tenants_service.may_create_projects(tenant) and not terms,
+        max_projects=max_projects,
     )
-    if tenant.project_lock is not None and project.id != tenant.project_lock:
-        raise Forbidden("this API key is restricted to another project")
+    tenants_service.check_lock(tenant, project.id, slug)
     return Consent(
         tenant_id=tenant.tenant_id,
         key_id=tenant.key_id,
@@ -241,7 +312,7 @@ async def create_service_account(
     if len(await repo.list_clients(session, scope)) >= MAX_CLIENTS_PER_TENANT:
         raise Forbidden(f"a tenant may have at most {MAX_CLIENTS_PER_TENANT} OAuth clients")
     target, _ = await accounts.resolve_project_created(
-        session, scope, slug=project, may_create=False
+        session, scope, slug=project, may_create=False, max_projects=None
     )
     if scope.project_lock is not None and target.id != scope.project_lock:
         raise Forbidden("this credential is restricted to another project")
@@ -325,15 +396,25 @@ async def add_issuer(session: AsyncSession, scope: Scope, *, fields: dict[str, A
             raise BadRequest(str(exc)) from exc
     if any(s not in ALL_SCOPES for s in fields.get("default_scopes", [])):
         raise BadRequest(f"default_scopes must be a subset of {list(ALL_SCOPES)}")
-    if len(await repo.list_issuers(session, scope)) >= MAX_ISSUERS_PER_TENANT:
+    trusted = await repo.list_issuers(session, scope)
+    # Unique per tenant (another tenant may trust the same pair: its tokens
+    # then name their tenant, see app.oauth.tokens); nothing here says
+    # whether another tenant does.
+    duplicate = Conflict(
+        "this tenant already trusts this issuer and audience: remove that entry "
+        "(DELETE /v1/oauth/issuers/{id}) to change it"
+    )
+    if any(t.issuer == fields["issuer"] and t.audience == fields["audience"] for t in trusted):
+        raise duplicate
+    if len(trusted) >= MAX_ISSUERS_PER_TENANT:
         raise Forbidden(f"a tenant may trust at most {MAX_ISSUERS_PER_TENANT} issuers")
     try:
         async with session.begin_nested():
             row = await repo.insert_issuer(
                 session, OAuthIssuer(tenant_id=scope.tenant_id, **fields)
             )
-    except IntegrityError as exc:
-        raise Conflict("this issuer and audience are already trusted (by a tenant)") from exc
+    except IntegrityError as exc:  # the same pair added at the same moment
+        raise duplicate from exc
     await audit.record(
         session,
         scope,
