@@ -12,6 +12,7 @@ from sqlalchemy import text
 from app import tenancy
 from app.db import Database
 from app.jobs import repository as jobs_repo
+from app.jobs.kinds import Lane
 from app.pipeline import dispatcher, runner
 from app.providers.summarization.base import registry as summarizers
 from tests.conftest import Tenant
@@ -373,13 +374,14 @@ async def test_fair_dispatch_does_not_starve_a_small_tenant(fresh_database, sett
                 {"t": small},
             )
         async with tenancy.system_transaction(db) as s:
-            taken = await jobs_repo.take_ready_fairly(s, slots=60, background_slots=3)
+            three = {Lane.BACKGROUND: jobs_repo.LaneCap(total=3, per_tenant=3)}
+            taken = await jobs_repo.take_ready_fairly(s, slots=60, caps=three)
         kinds = [j.kind for j in taken if j.tenant_id == small]
         assert kinds.count("extract_graph") == 3 and kinds.count("embed") == 1
-        # even shares of 30: the big tenant's 30 embeds; the small tenant's embed and
-        # 3 of its 29 graph jobs (the other 26 stay pending)
-        assert len(taken) == 34
-        assert [j.kind for j in taken if j.tenant_id == big] == ["embed"] * 30
+        # the small tenant's embed and 3 of its 50 graph jobs (the other 47 stay
+        # pending); the slots they leave go to the big tenant's embeddings
+        assert len(taken) == 60
+        assert [j.kind for j in taken if j.tenant_id == big] == ["embed"] * 56
     finally:
         await db.dispose()
 

@@ -23,6 +23,16 @@ class JobKind(StrEnum):
 CONTENT_KINDS = ("embed", "summarize", "analyze", "extract_graph")
 
 
+class Lane(StrEnum):
+    """Which slots a job competes for. Slow lanes hold a worker slot long
+    (a model over a big note, a receiver's timeout): the dispatcher caps how
+    many of their jobs are in flight, in all and per tenant."""
+
+    FOREGROUND = "foreground"  # what a put waits for: embedding, summaries, documents
+    BACKGROUND = "background"  # priority >= BACKGROUND_PRIORITY: graph extraction, counts
+    REMOTE = "remote"  # waits on another host: webhook deliveries, fetches of note URIs
+
+
 class JobStatus(StrEnum):
     PENDING = "pending"
     DISPATCHED = "dispatched"

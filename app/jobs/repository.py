@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.jobs.kinds import JobKind, JobStatus
+from app.jobs.kinds import JobKind, JobStatus, Lane
 from app.models import Job
 from app.tenancy import Scope, TenantScope
 
@@ -121,34 +122,72 @@ _OPEN = (JobStatus.PENDING.value, JobStatus.DISPATCHED.value, JobStatus.RUNNING.
 
 
 BACKGROUND_PRIORITY = 9  # graph extraction, term counts: after everything else
+#: Kinds that wait on someone else's server (a tarpit holds them to their timeout).
+REMOTE_KINDS = (JobKind.WEBHOOK.value, JobKind.FETCH.value)
+
+#: A job's lane (app.jobs.kinds.Lane) in SQL.
+LANE = case(
+    (Job.kind.in_(REMOTE_KINDS), Lane.REMOTE.value),
+    (Job.priority >= BACKGROUND_PRIORITY, Lane.BACKGROUND.value),
+    else_=Lane.FOREGROUND.value,
+)
 
 
-async def inflight(session: AsyncSession, *, background: bool = False) -> int:
-    """Jobs handed to workers and not finished (only background ones if asked)."""
-    stmt = (
-        select(func.count())
-        .select_from(Job)
+def lane_of(job: Job) -> Lane:
+    """The lane of a job (as LANE says in SQL)."""
+    if job.kind in REMOTE_KINDS:
+        return Lane.REMOTE
+    return Lane.BACKGROUND if job.priority >= BACKGROUND_PRIORITY else Lane.FOREGROUND
+
+
+@dataclass(frozen=True, slots=True)
+class LaneCap:
+    """How many jobs of a slow lane may be in flight: in all, and per tenant."""
+
+    total: int
+    per_tenant: int
+
+
+async def inflight_by_lane(session: AsyncSession) -> dict[tuple[uuid.UUID, Lane], int]:
+    """Jobs handed to workers and not finished, by tenant and lane."""
+    rows = await session.execute(
+        select(Job.tenant_id, LANE, func.count())
         .where(Job.status.in_([JobStatus.DISPATCHED.value, JobStatus.RUNNING.value]))
+        .group_by(Job.tenant_id, LANE)
     )
-    if background:
-        stmt = stmt.where(Job.priority >= BACKGROUND_PRIORITY)
-    return int(await session.scalar(stmt) or 0)
+    return {(tenant_id, Lane(lane)): int(n) for tenant_id, lane, n in rows.all()}
 
 
 async def take_ready_fairly(
-    session: AsyncSession, *, slots: int, background_slots: int | None = None
+    session: AsyncSession,
+    *,
+    slots: int,
+    caps: Mapping[Lane, LaneCap] | None = None,
+    busy: Mapping[tuple[uuid.UUID, Lane], int] | None = None,
 ) -> list[Job]:
     """Lock up to ``slots`` ready jobs, spread evenly over the tenants that have any.
 
     Each tenant with ready work gets ``ceil(slots / tenants)`` of its oldest
     highest-priority jobs, so one tenant's import cannot starve another's put.
-    At most ``background_slots`` of them may be background jobs (priority >=
-    BACKGROUND_PRIORITY): a backlog of those must not fill the workers' queue
-    ahead of the next put's embedding. Rows locked by another dispatcher are
-    skipped; rows taken but not returned stay pending.
+    A slow lane in ``caps`` gets no more than its cap in flight, counting
+    ``busy`` (in flight already, by tenant and lane): in all, and per tenant.
+    So background work and deliveries never fill the workers' slots ahead of
+    the next put's embedding, and one tenant's slow work takes only its share.
+    Rows locked by another dispatcher are skipped; rows taken but not
+    returned stay pending.
     """
     if slots <= 0:
         return []
+    caps = caps or {}
+    held = dict(busy or {})
+    lane_held = {lane: sum(n for (_, ln), n in held.items() if ln == lane) for lane in caps}
+
+    def room(tenant_id: uuid.UUID, lane: Lane) -> int:
+        cap = caps.get(lane)
+        if cap is None:
+            return slots
+        return min(cap.total - lane_held[lane], cap.per_tenant - held.get((tenant_id, lane), 0))
+
     # Tenants with ready work, those waiting longest first, at most one per slot.
     tenants = (
         (
@@ -186,8 +225,18 @@ async def take_ready_fairly(
             mine = [j.id for j in taken if j.tenant_id == tenant_id]
             if mine:
                 stmt = stmt.where(Job.id.not_in(mine))
+            full = [lane.value for lane in caps if room(tenant_id, lane) <= 0]
+            if full:  # its next jobs of a full lane wait; the others still go
+                stmt = stmt.where(LANE.not_in(full))
             rows = list((await session.execute(stmt)).scalars())
-            taken.extend(rows)
+            for job in rows:
+                lane = lane_of(job)
+                if lane in caps:
+                    if room(tenant_id, lane) <= 0:
+                        continue  # stays pending (its lane is excluded from now on)
+                    held[(tenant_id, lane)] = held.get((tenant_id, lane), 0) + 1
+                    lane_held[lane] += 1
+                taken.append(job)
             if len(rows) == share:
                 still_hungry.append(tenant_id)
         hungry = still_hungry
@@ -198,15 +247,7 @@ async def take_ready_fairly(
         seen[job.tenant_id] = seen.get(job.tenant_id, -1) + 1
         ranked.append((seen[job.tenant_id], job.priority, job.id, job))
     ranked.sort(key=lambda r: r[:3])
-    out: list[Job] = []
-    room = slots if background_slots is None else background_slots
-    for *_, job in ranked[:slots]:
-        if job.priority >= BACKGROUND_PRIORITY:
-            if room <= 0:
-                continue
-            room -= 1
-        out.append(job)
-    return out
+    return [job for *_, job in ranked[:slots]]
 
 
 async def mark_dispatched(session: AsyncSession, jobs: Sequence[Job]) -> None:

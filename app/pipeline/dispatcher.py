@@ -2,7 +2,9 @@
 
 Each round: put back stale claims (a worker died), then move ready jobs to
 Redis, fairly across tenants and never more than ``dispatch_max_inflight`` at
-once, so jobs wait in Postgres (where fairness is decided), not in Redis. The
+once, so jobs wait in Postgres (where fairness is decided), not in Redis.
+Slow lanes (background work, webhook deliveries) have caps of their own, in
+all and per tenant, below a worker's slots: they cannot fill a worker. The
 ARQ enqueue happens inside the transaction that marks rows dispatched: if
 Redis is down the transaction rolls back and the rows simply wait.
 """
@@ -22,7 +24,7 @@ from app.audit import service as audit
 from app.events import webhooks
 from app.jobs import outbox
 from app.jobs import repository as jobs
-from app.jobs.kinds import JobKind
+from app.jobs.kinds import JobKind, Lane
 from app.kit.timeutil import utcnow
 from app.logs import log_failure
 from app.models import Job
@@ -30,6 +32,7 @@ from app.notes.repository import vectors
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
+from app.settings import Settings
 from app.tenancy import scope_for_job, tenant_for_jobs
 from app.tenants import repository as projects
 from app.usage import service as usage_service
@@ -68,15 +71,27 @@ def batches(ready: Sequence[Job], size: int) -> list[tuple[uuid.UUID, list[int]]
     return out
 
 
+def lane_caps(settings: Settings) -> dict[Lane, jobs.LaneCap]:
+    """The slow lanes' caps: jobs in flight on all workers, in all and per tenant."""
+    return {
+        Lane.BACKGROUND: jobs.LaneCap(
+            settings.dispatch_background_inflight, settings.dispatch_background_per_tenant
+        ),
+        Lane.REMOTE: jobs.LaneCap(
+            settings.dispatch_remote_inflight, settings.dispatch_remote_per_tenant
+        ),
+    }
+
+
 async def dispatch(pipeline: Pipeline, redis: Any) -> int:
     settings = pipeline.settings
     async with tenancy.system_transaction(pipeline.db) as session:
-        slots = settings.dispatch_max_inflight - await jobs.inflight(session)
-        background = settings.dispatch_background_inflight - await jobs.inflight(
-            session, background=True
-        )
+        busy = await jobs.inflight_by_lane(session)
         ready = await jobs.take_ready_fairly(
-            session, slots=slots, background_slots=max(background, 0)
+            session,
+            slots=settings.dispatch_max_inflight - sum(busy.values()),
+            caps=lane_caps(settings),
+            busy=busy,
         )
         for tenant_id, ids in batches(ready, settings.embed_batch_jobs):
             await redis.enqueue_job(

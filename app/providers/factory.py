@@ -64,6 +64,8 @@ def make_graph_extractor(settings: Settings) -> GraphExtractor:
         return graph_extractors.create(
             "openai", model=settings.graph_model, api_key=key, base_url=settings.graph_base_url
         )
+    if settings.graph_provider == "spacy":
+        return graph_extractors.create("spacy", timeout_seconds=settings.graph_timeout_seconds)
     return graph_extractors.create(settings.graph_provider)
 
 

@@ -8,14 +8,24 @@ numbers would link unrelated notes). Relations are read off the parse: a
 verb whose subject and object (or prepositional object) are both entities
 gives (subject, verb lemma[_preposition], object) — "Melanie works for
 Google" → (Melanie, work_for, Google).
+
+Bounded work: spaCy's tokenizer is quadratic on long runs of punctuation
+(60 KB of brackets took minutes of CPU), so such runs are blanked past
+RUN_KEPT characters first (same length: every span still points into the
+note's text), the text is capped at MAX_CHARS, and the model runs in a child
+process (``app.providers.child``) stopped after ``KEEPMEM_GRAPH_TIMEOUT_SECONDS``
+— it holds the GIL, and in the worker's own process it would stall every
+other job meanwhile.
 """
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
+import re
 import threading
 from typing import Any
 
+from app.providers.child import Child
 from app.providers.errors import MissingDependency
 from app.providers.graph.base import Entity, Extraction, Relation
 
@@ -32,6 +42,8 @@ KINDS = {
     "WORK_OF_ART": "work",
 }
 MAX_CHARS = 100_000
+RUN_KEPT = 32  # of a run of punctuation, symbols or underscores: no entity lives past that
+_RUN = re.compile(r"(?:[^\w\s]|_){" + str(RUN_KEPT + 1) + ",}")
 
 _nlp: Any = None
 _lock = threading.Lock()
@@ -59,10 +71,19 @@ def _clean_name(text: str) -> str:
     return name.strip(" .,:;!?\"'")
 
 
+def shape(text: str) -> str:
+    """The text spaCy is given: at most MAX_CHARS, each run of punctuation
+    longer than RUN_KEPT blanked past its start (same length, same offsets)."""
+    return _RUN.sub(
+        lambda m: m.group()[:RUN_KEPT] + " " * (len(m.group()) - RUN_KEPT), text[:MAX_CHARS]
+    )
+
+
 def parse(text: str) -> Extraction:
+    """Entities and relations of ``text`` (in this process: the child's work)."""
     nlp = _model()
     with _lock:  # spaCy pipelines are not documented as thread-safe
-        doc = nlp(text[:MAX_CHARS])
+        doc = nlp(shape(text))
     out = Extraction()
     index_of_token: dict[int, int] = {}
     for ent in doc.ents:
@@ -102,14 +123,27 @@ def parse(text: str) -> Extraction:
     return out
 
 
+# One child per process, as the model was one per process: pipelines come
+# and go (tests make many), the loaded model stays.
+_child = Child("graph extraction", parse, _model)
+
+
 class SpacyExtractor:
     name = "spacy:en_core_web_sm"
 
-    def __init__(self, **_: object) -> None:
-        _model()  # fail early (and load once per process)
+    def __init__(self, *, timeout_seconds: float = 60.0, **_: object) -> None:
+        if importlib.util.find_spec("spacy") is None or importlib.util.find_spec(MODEL) is None:
+            # fail early; the child loads the model
+            raise MissingDependency("spacy", MODEL.replace("_", "-"), model_wheel=True)
+        self.timeout_seconds = timeout_seconds
 
     async def extract(self, text: str) -> Extraction:
-        return await asyncio.to_thread(parse, text)
+        """Entities and relations, from the child process; ``ChildTimeout``
+        (permanent) when the text takes longer than the time limit."""
+        found: Extraction = await _child.call(
+            text[:MAX_CHARS], timeout_seconds=self.timeout_seconds
+        )
+        return found
 
     async def aclose(self) -> None:
-        return None
+        _child.stop()  # the worker is stopping; a later call would start another
