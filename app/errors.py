@@ -68,6 +68,11 @@ class PayloadTooLarge(AppError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(AppError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
 class Unprocessable(AppError):
     status_code = 422
     code = "invalid"
@@ -135,6 +140,26 @@ class InvalidInput(BadRequest):
     """Text or numbers the service cannot store (NUL, lone surrogates, ...)."""
 
     code = "invalid_input"
+
+
+class InvalidCursor(BadRequest):
+    """Text that is no cursor (or event id) this API gave out."""
+
+    code = "invalid_cursor"
+
+
+class CursorExpired(BadRequest):
+    """A well-formed cursor naming no row the caller can see: the row was
+    dropped (audit retention, erasure) or is another project's or tenant's.
+    The client starts again without it."""
+
+    code = "cursor_expired"
+
+
+class InvalidTarget(BadRequest):
+    """An OAuth ``resource`` (RFC 8707) that is not this server."""
+
+    code = "invalid_target"
 
 
 class MissingScope(Forbidden):

@@ -24,6 +24,19 @@ _last: dict[str, float] = {}
 _left_out: dict[str, int] = {}
 
 
+def _admit(kind: str, every: float) -> int | None:
+    """None when ``kind`` was logged within ``every`` seconds (it is counted);
+    else how many were left out since its last line."""
+    now = time.monotonic()
+    with _lock:
+        last = _last.get(kind)
+        if last is not None and now - last < every:
+            _left_out[kind] = _left_out.get(kind, 0) + 1
+            return None
+        _last[kind] = now
+        return _left_out.pop(kind, 0)
+
+
 def log_failure(
     logger: logging.Logger,
     what: str,
@@ -38,14 +51,9 @@ def log_failure(
 
     Returns whether a line was written."""
     kind = f"{logger.name}:{what.split(' (')[0]}:{type(exc).__name__}"
-    now = time.monotonic()
-    with _lock:
-        last = _last.get(kind)
-        if last is not None and now - last < every:
-            _left_out[kind] = _left_out.get(kind, 0) + 1
-            return False
-        _last[kind] = now
-        left_out = _left_out.pop(kind, 0)
+    left_out = _admit(kind, every)
+    if left_out is None:
+        return False
     more = f" (and {left_out} more like it since the last report)" if left_out else ""
     logger.warning(
         "%s: %s: %s%s",
@@ -56,6 +64,41 @@ def log_failure(
         exc_info=exc if traceback else None,
     )
     return True
+
+
+class Throttle(logging.Filter):
+    """:func:`log_failure`'s rule for a library's loggers: a line of one kind
+    (the logger, the message before its arguments, the exception type) at
+    most once a period, with a count of the ones left out. A library that
+    logs per request (the MCP SDK: a traceback per failed read) would
+    otherwise write a line, or a stack, for every request."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        super().__init__()
+        self.every = every
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc_type = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+        left_out = _admit(f"{record.name}:{record.msg}:{exc_type}", self.every)
+        if left_out is None:
+            return False
+        if left_out:
+            record.msg = f"{record.msg} (and {left_out} more like it since the last report)"
+        return True
+
+    @classmethod
+    def install(cls, prefix: str, every: float = 60.0) -> None:
+        """Throttle every logger named ``prefix`` or under it that exists
+        now (a filter applies to the records of the logger it is on)."""
+        throttle = cls(every)
+        names = [
+            prefix,
+            *(n for n in logging.root.manager.loggerDict if n.startswith(prefix + ".")),
+        ]
+        for name in names:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger.filters):
+                logger.addFilter(throttle)
 
 
 class JsonFormatter(logging.Formatter):

@@ -42,6 +42,7 @@ from app.oauth.router import router as oauth_router
 from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
+from app.ratelimit import StreamSlots
 from app.request_vars import request_id_var
 from app.search.router import router as search_router
 from app.settings import Settings
@@ -120,7 +121,6 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         app.state.embedder = make_embedder(settings)
         app.state.query_cache = QueryCache()
         app.state.caches = RequestCaches()
-        app.state.event_streams = {}
         app.state.keyring = (
             Keyring(
                 settings.secret_key.get_secret_value(),
@@ -159,9 +159,12 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         tracing.instrument_app(app, provider)
     app.state.settings = settings
     app.state.drain = Drain()
+    # Open event streams per tenant (GET /v1/events and GET /mcp share them).
+    app.state.streams = StreamSlots(settings.events_max_streams_per_tenant)
     # MCP for remote agents (streamable HTTP), beside the REST routes.
     mcp = McpEndpoint(app)
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
+    docs.describe_mcp(app, MCP_PATH)
 
     @app.exception_handler(AppError)
     async def app_error(_: Request, exc: AppError) -> JSONResponse:

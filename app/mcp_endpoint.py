@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,11 +24,23 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app import ratelimit
 from app.auth import service as auth_service
-from app.errors import NotConfigured, Unauthorized
+from app.errors import (
+    AppError,
+    BadRequest,
+    MethodNotAllowed,
+    NotConfigured,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 from app.flows import prompts
+from app.kit import storable
+from app.kit.ids import InvalidId, validate_project_slug
+from app.logs import Throttle
 from app.middleware import send_error
 from app.notes.system_docs import SYSTEM_DOCS
+from app.oauth import resource, tokens
 
 log = logging.getLogger("keepmem.mcp")
 
@@ -61,6 +75,9 @@ class McpEndpoint:
         server = build(lambda: _client.get(), PROMPTS)
         root.setLevel(level)
         root.handlers[:] = handlers
+        # The SDK logs a line (a traceback for a crash) per failed request:
+        # as the service's own failures, one line per kind per minute.
+        Throttle.install("mcp")
         server.streamable_http_app(stateless_http=True, json_response=True)
         self.manager = server.session_manager
         self.client_class = AsyncKeepmem
@@ -100,51 +117,228 @@ class McpEndpoint:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         presented = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        tenant_header = headers.get(tokens.TENANT_HEADER.lower())
         try:
-            await self._check(scope, presented)
+            tenant_id = await self._check(
+                scope, presented, _base_url(scope, headers), tenant_header
+            )
         except Unauthorized as exc:
             # Where an MCP client finds how to get a token (RFC 9728).
             metadata = _base_url(scope, headers) + "/.well-known/oauth-protected-resource/mcp"
             challenge = f'Bearer resource_metadata="{metadata}"'.encode("latin-1")
-            await send_error(
-                send, 401, exc.code, exc.message, request_id,
-                headers=[(b"www-authenticate", challenge)],
-            )  # fmt: skip
+            refused: AppError = exc
+            try:  # a failed authentication, as on every other route
+                await _count_failure(scope)
+            except AppError as limited:
+                refused = limited
+            await _refuse(send, refused, request_id, extra=[(b"www-authenticate", challenge)])
             return
+        method = scope.get("method", "")
+        if method not in ("GET", "POST"):  # no sessions to end: the transport is stateless
+            refused = MethodNotAllowed(
+                f"{method} is not allowed on {PATH}: POST a JSON-RPC message, or GET the "
+                "event stream",
+                headers={"Allow": "GET, POST"},
+            )
+            await _refuse(send, refused, request_id)
+            return
+        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        if method == "POST" and content_type != "application/json":
+            wrong = UnsupportedMediaType(
+                "send the JSON-RPC message with 'Content-Type: application/json'"
+            )
+            await _refuse(send, wrong, request_id)
+            return
+        project = headers.get("x-project")
+        if project is not None:
+            try:  # the REST routes' rule, refused before any tool runs
+                validate_project_slug(project)
+            except InvalidId as exc:
+                await _refuse(send, BadRequest(str(exc)), request_id)
+                return
+        if method == "GET":
+            try:
+                scope["app"].state.streams.take(tenant_id)
+            except AppError as full:
+                await _refuse(send, full, request_id)
+                return
+        # The tools' requests reach this app in process, at the origin this
+        # request reached (an access token names the server it is for) and
+        # naming the tenant it named, if any.
         client = self.client_class(
-            "http://keepmem.internal",
+            _origin(scope, headers),
             presented,
-            project=headers.get("x-project"),
+            project=project,
             max_retries=0,
-            transport=httpx.ASGITransport(app=self.app),
+            headers={tokens.TENANT_HEADER: tenant_header} if tenant_header else None,
+            transport=httpx.ASGITransport(app=self.app, root_path=scope.get("root_path", "")),
         )
+        if method == "POST":
+            body = await _whole_body(receive)
+            if (problem := _not_jsonrpc(body)) is not None:
+                await _jsonrpc_refusal(send, problem)
+                await client.aclose()
+                return
+            receive = _replay(body)
         token = _client.set(client)
         try:
-            await self.manager.handle_request(scope, receive, send)
+            if method == "GET":
+                seconds = scope["app"].state.settings.mcp_stream_max_seconds
+                await _for_at_most(seconds, self.manager.handle_request, scope, receive, send)
+            else:
+                await self.manager.handle_request(scope, receive, send)
         finally:
+            if method == "GET":
+                scope["app"].state.streams.give_back(tenant_id)
             _client.reset(token)
             await client.aclose()
 
-    async def _check(self, scope: Scope, presented: str) -> None:
+    async def _check(
+        self, scope: Scope, presented: str, issuer: str, tenant_header: str | None
+    ) -> uuid.UUID:
+        """The tenant the credential is for (401 when it is none)."""
         if not presented:
             raise Unauthorized("missing credentials: send 'Authorization: Bearer <key>'")
         app_state = scope["app"].state
         secret = app_state.settings.secret_key
         if secret is None:
             raise Unauthorized("server secret is not configured")
+        keyring = app_state.keyring
+        verifier = tokens.Verifier.of(keyring, issuer, tenant_header) if keyring else None
         async with app_state.db.transaction() as session:
-            await auth_service.resolve_credential(
+            credential = await auth_service.resolve_credential(
                 session,
                 presented=presented,
                 server_secret=secret.get_secret_value(),
-                keyring=app_state.keyring,
+                verifier=verifier,
             )
+        return credential.tenant.tenant_id
+
+
+def _origin(scope: Scope, headers: dict[str, str]) -> str:
+    """Scheme and host this request reached us at."""
+    host = headers.get("host") or "{}:{}".format(*scope.get("server") or ("localhost", 80))
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 def _base_url(scope: Scope, headers: dict[str, str]) -> str:
-    """The public base URL: the configured one, else as this request reached us."""
+    """The public base URL (the OAuth issuer): the configured one, else as
+    this request reached us."""
     public: str | None = scope["app"].state.settings.public_url
-    if public:
-        return public.rstrip("/")
-    host = headers.get("host") or "{}:{}".format(*scope.get("server") or ("localhost", 80))
-    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}"
+    return resource.issuer_of(public, _origin(scope, headers) + scope.get("root_path", ""))
+
+
+async def _count_failure(scope: Scope) -> None:
+    """Count a failed authentication against the client's address (429 once
+    past ``auth_failures_per_minute``)."""
+    state = scope["app"].state
+    client = scope.get("client")
+    await ratelimit.count_failure(
+        state.redis,
+        address=client[0] if client else "unknown",
+        failures_per_minute=state.settings.auth_failures_per_minute,
+    )
+
+
+async def _refuse(
+    send: Send, error: AppError, request_id: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer ``error`` in the service's error shape (what keepmem decides
+    before the MCP layer reads the message: credentials, rate limits, media
+    type, stream slots; JSON-RPC errors are the MCP layer's)."""
+    given = error.headers.items()
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in given]
+    if error.status_code == 401 and extra:  # the challenge (in place of a bare "Bearer")
+        names = {name for name, _ in extra}
+        headers = [*(h for h in headers if h[0] not in names), *extra]
+    await send_error(send, error.status_code, error.code, error.message, request_id, headers)
+
+
+async def _for_at_most(
+    seconds: float, app: Any, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Serve a streaming response for at most ``seconds``, then end it as a
+    finished response (the client reconnects): no stream holds a slot, a
+    connection and a task forever."""
+    started = ended = False
+
+    async def tracked(message: Any) -> None:
+        nonlocal started, ended
+        if message["type"] == "http.response.start":
+            started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body"):
+            ended = True
+        await send(message)
+
+    try:
+        async with asyncio.timeout(seconds):
+            await app(scope, receive, tracked)
+    except TimeoutError:
+        log.debug("an MCP stream reached its limit of %s s", seconds)
+    if started and not ended:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+# -- the JSON-RPC envelope, checked before the MCP layer reads it ---------------------
+
+
+async def _whole_body(receive: Receive) -> bytes:
+    """The request body (the middleware has already bounded its size)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    """A ``receive`` that hands the MCP layer the body already read."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+def _not_jsonrpc(body: bytes) -> str | None:
+    """Why ``body`` is not one JSON-RPC 2.0 message (None when it is): the
+    same depth and number rules as every other body, an id that is a string
+    or an integer (else the MCP layer would take the message for a
+    notification and drop it), params an object when present."""
+    try:
+        message = storable.loads(body, where="message")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"not a JSON message: {exc}"[:300]
+    if not isinstance(message, dict):
+        return "a JSON-RPC message is one JSON object (batches are not supported)"
+    if message.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in message and not isinstance(message["method"], str):
+        return "method must be a string"
+    if "id" in message and (
+        isinstance(message["id"], bool) or not isinstance(message["id"], int | str)
+    ):
+        return "id must be a string or an integer"
+    if message.get("params") is not None and not isinstance(message["params"], dict):
+        return "params must be an object"
+    return None
+
+
+async def _jsonrpc_refusal(send: Send, problem: str) -> None:
+    """400 with a JSON-RPC "Invalid Request" error (what an MCP client reads;
+    the middleware adds the request id header)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": problem}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

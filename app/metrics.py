@@ -71,7 +71,7 @@ POOL = Gauge(
 )
 STREAMS = Gauge(
     "keepmem_event_streams_open",
-    "Open GET /v1/events streams in this process.",
+    "Open event streams (GET /v1/events and GET /mcp) in this process.",
     registry=REGISTRY,
 )
 

@@ -22,6 +22,7 @@ log = logging.getLogger("keepmem")
 
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 REQUEST_ID_HEADER = "x-request-id"
+_ID_HEADER = REQUEST_ID_HEADER.encode()
 
 
 async def send_error(
@@ -128,9 +129,12 @@ class RequestContextMiddleware:
                     status = int(message["status"])
                     message = dict(message)
                     elapsed = (time.perf_counter() - began) * 1000
+                    # (send_error, used by the endpoints that are no route,
+                    # states the request id already)
+                    given = [h for h in message.get("headers", []) if h[0] != _ID_HEADER]
                     message["headers"] = [
-                        *message.get("headers", []),
-                        (REQUEST_ID_HEADER.encode(), request_id.encode()),
+                        *given,
+                        (_ID_HEADER, request_id.encode()),
                         # Time spent in the service, for clients and benchmarks.
                         (b"server-timing", _server_timing(elapsed, spent).encode()),
                     ]

@@ -5,12 +5,16 @@ A bucket holds up to ``per_minute`` tokens and refills continuously at
 window there is no edge to burst across: over any 60 seconds at most
 ``2 * per_minute`` requests pass, and over a long run ``per_minute``.
 
-Two kinds of bucket: one per API key (every authenticated request), and
-one per client address that only failed authentications draw from: past it,
-a key-guessing client gets 429s instead of answers.
+Three kinds of bucket: one per API key (every authenticated request); one
+per client address that only failed authentications draw from: past it,
+a key-guessing client gets 429s instead of answers; and one per client
+address for OAuth client registrations (open to anyone).
 
-Both fail open: when Redis is unreachable, requests pass (the outage shows in
+All fail open: when Redis is unreachable, requests pass (the outage shows in
 /v1/ready) rather than a queue outage taking the whole API down.
+
+And one count kept in the process: :class:`StreamSlots`, the long-lived
+responses (``GET /v1/events``, ``GET /mcp``) a tenant holds open.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +128,20 @@ async def count_failure(redis: Any, *, address: str, failures_per_minute: int) -
         )
 
 
+async def count_registration(redis: Any, *, address: str, per_minute: int) -> None:
+    """An OAuth client registration from ``address`` (an unauthenticated
+    write) takes a token from that address's bucket; 429 when it is empty."""
+    if redis is None or per_minute <= 0:
+        return
+    quota = await _take(redis, f"keepmem:rl:register:{address}", per_minute, 1)
+    if quota is not None and quota.retry_after is not None:
+        raise TooManyRequests(
+            f"at most {per_minute} client registrations per minute from one address; "
+            "wait and retry (a client registers once and keeps its client_id)",
+            headers=quota.headers,
+        )
+
+
 def _day_key(tenant_id: object, day: str) -> str:
     return f"keepmem:quota:requests:{tenant_id}:{day}"
 
@@ -174,3 +194,51 @@ async def forget_tenant(redis: Any, tenant_id: object, key_ids: list[Any]) -> No
             await redis.delete(*names)
     except Exception as exc:  # noqa: BLE001 - they expire within two days anyway
         log_failure(log, "could not clear an erased tenant's counters", exc)
+
+
+class StreamSlots:
+    """The event streams (``GET /v1/events`` and ``GET /mcp`` together) each
+    tenant holds open in this process: at most ``per_tenant``; one more is a
+    429 (``rate_limited``, Retry-After). A stream holds its slot until it ends,
+    however it ends."""
+
+    RETRY_AFTER_S = 10
+
+    def __init__(self, per_tenant: int) -> None:
+        self.per_tenant = per_tenant
+        self._open: dict[object, int] = {}
+
+    def take(self, tenant_id: object) -> None:
+        """Hold one of the tenant's slots (give it back with :meth:`give_back`)."""
+        held = self._open.get(tenant_id, 0)
+        if held >= self.per_tenant:
+            raise TooManyRequests(
+                f"at most {self.per_tenant} open event streams per tenant (GET /v1/events and "
+                "GET /mcp together): close one, or use a webhook",
+                headers={"Retry-After": str(self.RETRY_AFTER_S)},
+            )
+        self._open[tenant_id] = held + 1
+
+    def give_back(self, tenant_id: object) -> None:
+        left = self._open.get(tenant_id, 0) - 1
+        if left > 0:
+            self._open[tenant_id] = left
+        else:
+            self._open.pop(tenant_id, None)
+
+    @contextmanager
+    def held(self, tenant_id: object) -> Iterator[None]:
+        """A slot for the duration of the block (429 when none is free)."""
+        self.take(tenant_id)
+        try:
+            yield
+        finally:
+            self.give_back(tenant_id)
+
+    def open(self, tenant_id: object) -> int:
+        """Streams the tenant holds open."""
+        return self._open.get(tenant_id, 0)
+
+    def total(self) -> int:
+        """Streams open in this process (the ``keepmem_event_streams_open`` gauge)."""
+        return sum(self._open.values())

@@ -6,11 +6,13 @@ Nothing else in the code base reads ``os.environ``.
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,17 @@ class Settings(BaseSettings):
     oauth_registration: bool = Field(
         default=True, description="Open dynamic client registration (MCP clients need it)."
     )
+    oauth_registrations_per_minute: int = Field(
+        default=10,
+        ge=0,
+        description="Client registrations per minute per client address (429 above; 0 = off).",
+    )
+    oauth_max_unused_clients: int = Field(
+        default=5000,
+        ge=1,
+        description="Registered clients kept that never completed a grant; past it the "
+        "oldest of them are deleted to make room.",
+    )
 
     audit_retention_days: int = Field(
         default=400, ge=1, le=36600, description="Audit entries older than this are dropped."
@@ -113,6 +126,14 @@ class Settings(BaseSettings):
         description="Failed authentications per minute per client address before it gets "
         "429s; 0 disables.",
     )
+    # A client's address is the connection's peer unless the peer is one of
+    # these: then it is what the proxy says (X-Forwarded-For, -Proto).
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or CIDRs of the reverse proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (comma-separated or a JSON list; '*' trusts every "
+        "peer). Empty: no forwarded header is believed.",
+    )
 
     # Providers. Offline defaults: MiniLM embeddings and extractive summaries.
     embedding_provider: str = Field(
@@ -134,6 +155,12 @@ class Settings(BaseSettings):
         default="spacy",
         description="Entities and relations: spacy (offline), openai (OpenAI-compatible) "
         "or none (no extract_graph jobs).",
+    )
+    graph_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="spaCy's time for one note: past it the extraction's child process is "
+        "killed (and replaced) and the job is dead with the reason.",
     )
     media_provider: str = Field(
         default="none", description="Describe images with a vision model: none or openai."
@@ -164,9 +191,27 @@ class Settings(BaseSettings):
     job_timeout_seconds: int = 900
     dispatch_poll_seconds: float = 0.2
     dispatch_max_inflight: int = 128
+    # Slow lanes: work that can hold a worker slot for long. Their caps count
+    # jobs in flight on every worker together, and stay below one worker's
+    # concurrency (checked below), so they never fill a worker's slots and a
+    # put's embedding always finds one.
     dispatch_background_inflight: int = Field(
-        default=8,
+        default=3,
+        ge=1,
         description="Of those, at most this many background jobs (graph extraction, counts).",
+    )
+    dispatch_background_per_tenant: int = Field(
+        default=2, ge=1, description="Background jobs in flight per tenant."
+    )
+    dispatch_remote_inflight: int = Field(
+        default=3,
+        ge=1,
+        description="Jobs that wait on another host in flight: webhook deliveries and "
+        "fetches of note URIs (a receiver or a page that never answers holds a slot to "
+        "its timeout).",
+    )
+    dispatch_remote_per_tenant: int = Field(
+        default=2, ge=1, description="Webhook deliveries and fetches in flight per tenant."
     )
     embed_batch_jobs: int = Field(default=64, description="Embedding jobs per model call.")
     worker_poll_seconds: float = Field(
@@ -185,7 +230,15 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="A comment line this often keeps idle streams open."
     )
     events_max_streams_per_tenant: int = Field(
-        default=20, ge=1, description="Open event streams per tenant and API process."
+        default=20,
+        ge=1,
+        description="Open streams (GET /v1/events and GET /mcp together) per tenant and API "
+        "process.",
+    )
+    mcp_stream_max_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="A GET /mcp event stream ends after this long (clients reconnect).",
     )
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="A receiver's deadline.")
     webhook_max_attempts: int = Field(
@@ -233,6 +286,35 @@ class Settings(BaseSettings):
         for network in value:
             ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, value: list[str]) -> list[str]:
+        for proxy in value:
+            if proxy != "*":
+                ipaddress.ip_network(proxy, strict=False)  # ValueError names the bad one
+        return value
+
+    @model_validator(mode="after")
+    def _slow_lanes_leave_slots(self) -> Settings:
+        slow = self.dispatch_background_inflight + self.dispatch_remote_inflight
+        if slow >= self.worker_concurrency:
+            raise ValueError(
+                f"dispatch_background_inflight + dispatch_remote_inflight ({slow}) must be "
+                f"below worker_concurrency ({self.worker_concurrency}): slow work would "
+                "fill every slot of a worker"
+            )
+        return self
 
     @field_validator("app_role")
     @classmethod

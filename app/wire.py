@@ -9,7 +9,8 @@ text or as a number:
   surrogate (it has no UTF-8 form);
 * JSON numbers must be finite and integers must fit in 64 bits (``1e400``,
   ``NaN`` and ``2**64`` are refused, not turned into infinities or overflow
-  errors deep in the database driver).
+  errors deep in the database driver);
+* JSON may nest at most 64 levels (:func:`loads`, the one decoder).
 
 A refusal is a 400 (code ``invalid_input``) in the one error shape, naming
 the field. Routers build
@@ -77,10 +78,15 @@ def _check_url(request: Request) -> None:
         check_text(value, f"query.{key[:40]}")
 
 
-def loads(raw: bytes | str) -> Any:
-    """Strict JSON (see :func:`app.kit.storable.loads`); refusals are 422s."""
+def loads(raw: bytes | str, *, where: str = "body") -> Any:
+    """The one JSON decoder of request input: every JSON body (FastAPI's body
+    parsing reads :meth:`CheckedRequest.json`), every JSON-carrying form field
+    or query value, and any route reading its own body. Strict JSON, at most
+    ``storable.MAX_JSON_DEPTH`` levels deep (see
+    :func:`app.kit.storable.loads`); a refusal is a 400 (``invalid_input``),
+    malformed JSON a ``json.JSONDecodeError`` for the caller to word."""
     try:
-        return storable.loads(raw)
+        return storable.loads(raw, where=where)
     except InputRefused as exc:
         raise RefusedInput(str(exc)) from None
 

@@ -79,6 +79,9 @@ def settings(stack: Stack) -> Settings:
         # tests send bad keys on purpose from one address; test_ratelimit
         # turns the per-address limit on where it is the subject
         auth_failures_per_minute=0,
+        # every test registers OAuth clients from 127.0.0.1 (one Redis for
+        # the run); tests/test_oauth_hardening.py turns the limit on
+        oauth_registrations_per_minute=0,
     )
 
 
@@ -106,16 +109,19 @@ async def app_client(asgi_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 @contextlib.contextmanager
 def serving(app: FastAPI) -> Iterator[str]:
-    """``app`` served by uvicorn in a thread (its own event loop, as in
-    production) at the URL yielded; stopped on exit."""
+    """``app`` served by uvicorn in a thread (its own event loop and the
+    uvicorn configuration ``keepmem serve`` uses, as in production) at the URL
+    yielded; stopped on exit."""
     import threading
 
     import uvicorn
 
+    from app.cli.commands import server_config
     from app.cli.embedded import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = server_config(app, app.state.settings, host="127.0.0.1", port=port)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

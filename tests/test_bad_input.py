@@ -7,6 +7,7 @@ of each (other fields, other routes) so a fix has to be at the root.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,7 +19,26 @@ SURROGATE = "x\ud800y"
 BIG = "9223372036854775808"  # 2**63: one past int64
 HUGE = "1" + "0" * 40
 
-# (method, path, json body or None, query params or None)
+
+@dataclass(frozen=True)
+class Raw:
+    """A body sent as this JSON text (json.dumps cannot write 20,000 levels)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Multipart:
+    """A multipart/form-data body: form fields and one small file."""
+
+    fields: dict[str, str]
+
+
+def nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+# (method, path, json body (or Raw, Multipart) or None, query params or None)
 Case = tuple[str, str, Any, dict[str, str] | None]
 
 CASES: dict[str, Case] = {
@@ -88,6 +108,26 @@ CASES: dict[str, Case] = {
     "half life 1e400": ("POST", "/v1/search", {"query": "x", "half_life_days": 1e400}, None),
     "bias 1e400": ("POST", "/v1/search", {"query": "x", "bias": {"a": 1e400}}, None),
     "tag value 1e400": ("POST", "/v1/notes", {"content": "x", "tags": {"k": 1e400}}, None),
+    # cursors: opaque ids, so any malformed one is a 400 invalid_cursor (a
+    # 20-digit export cursor overflowed bigint: a 500)
+    "cursor changes > int64": ("GET", "/v1/export/changes", None, {"cursor": "9" * 20}),
+    "cursor changes int64 + 1": ("GET", "/v1/export/changes", None, {"cursor": BIG}),
+    "cursor changes huge": ("GET", "/v1/export/changes", None, {"cursor": HUGE}),
+    "cursor changes negative": ("GET", "/v1/export/changes", None, {"cursor": "-1"}),
+    "cursor changes unicode digit": ("GET", "/v1/export/changes", None, {"cursor": "\u00b2"}),
+    "cursor changes long": ("GET", "/v1/export/changes", None, {"cursor": "x" * 5000}),
+    "cursor changes empty": ("GET", "/v1/export/changes", None, {"cursor": ""}),
+    "cursor changes braced uuid": (
+        "GET",
+        "/v1/export/changes",
+        None,
+        {"cursor": "{12345678-1234-4234-8234-123456789abc}"},
+    ),
+    "cursor audit > int64": ("GET", "/v1/audit", None, {"cursor": "9" * 20}),
+    "cursor audit decimal": ("GET", "/v1/audit", None, {"cursor": "1.5"}),
+    "cursor audit empty": ("GET", "/v1/audit", None, {"cursor": ""}),
+    "cursor events > int64": ("GET", "/v1/events", None, {"after": "9" * 20}),
+    "cursor events negative": ("GET", "/v1/events", None, {"after": "-1"}),
     # durations and dates out of range
     "since P1000000D": ("GET", "/v1/notes", None, {"since": "P1000000D"}),
     "until PT99999999999999H": ("GET", "/v1/notes", None, {"until": "PT99999999999999H"}),
@@ -104,7 +144,70 @@ CASES: dict[str, Case] = {
     "query too long": ("POST", "/v1/search", {"query": "word " * 40_000}, None),
     "uri broken ipv6": ("POST", "/v1/notes", {"uri": "http://[::1/"}, None),
     "uri bad port": ("POST", "/v1/notes", {"uri": "http://example.com:99999/"}, None),
+    # webhook URLs the one URL parser refuses (each was a 500)
+    "webhook url bad port": ("POST", "/v1/webhooks", {"url": "http://example.com:99999/"}, None),
+    "webhook url broken ipv6": ("POST", "/v1/webhooks", {"url": "http://[::1/"}, None),
+    "webhook url empty labels": ("POST", "/v1/webhooks", {"url": "http://.../"}, None),
+    "webhook url control char": ("POST", "/v1/webhooks", {"url": "http://exa\x85mple.com/"}, None),
+    "webhook url nul": ("POST", "/v1/webhooks", {"url": "http://example.com/" + NUL}, None),
     "deep json": ("POST", "/v1/notes", {"content": "x", "tags": {"k": [[[[[[[]]]]]]]}}, None),
+    # JSON deeper than the one decoder allows (64 levels), on every kind of
+    # input: bodies, an upload's JSON form field (5,000 levels of tags were
+    # a RecursionError, a 500), an import
+    "deep json body": (
+        "POST",
+        "/v1/notes",
+        Raw(f'{{"content": "x", "tags": {nested(100)}}}'),
+        None,
+    ),
+    "deep json 20000": ("POST", "/v1/notes", Raw(nested(20_000)), None),
+    "deep json search": (
+        "POST",
+        "/v1/search",
+        Raw(f'{{"query": "x", "bias": {nested(70)}}}'),
+        None,
+    ),
+    "deep json import": (
+        "POST",
+        "/v1/import",
+        Raw(f'{{"documents": [{{"id": "d", "summary": "s", "parts": {nested(5000)}}}]}}'),
+        None,
+    ),
+    "deep json upload tags": ("POST", "/v1/upload", Multipart({"tags": nested(5000)}), None),
+    "deep json upload tags 70": (
+        "POST",
+        "/v1/upload",
+        Multipart({"tags": f'{{"k": {nested(70)}}}'}),
+        None,
+    ),
+    "nan upload tags": ("POST", "/v1/upload", Multipart({"tags": '{"k": NaN}'}), None),
+    # import: version and part numbers (part -1 was stored, and unreadable);
+    # the valid first document is not stored either (the import is refused whole)
+    **{
+        f"import {name}": (
+            "POST",
+            "/v1/import",
+            {"documents": [{"id": "fine", "summary": "s"}, {"id": "bad", "summary": "s", **doc}]},
+            None,
+        )
+        for name, doc in {
+            "part_num -1": {"parts": [{"part_num": -1, "summary": "p"}]},
+            "part_num 0": {"parts": [{"part_num": 0, "summary": "p"}]},
+            "part_num > int32": {"parts": [{"part_num": 2**31, "summary": "p"}]},
+            "part_num > int64": {"parts": [{"part_num": 2**64, "summary": "p"}]},
+            "part_num text": {"parts": [{"part_num": "2", "summary": "p"}]},
+            "part_num true": {"parts": [{"part_num": True, "summary": "p"}]},
+            "part_num 1.5": {"parts": [{"part_num": 1.5, "summary": "p"}]},
+            "part_num twice": {"parts": [{"part_num": 2}, {"part_num": 2}]},
+            "parts not a list": {"parts": {"part_num": 1}},
+            "part not an object": {"parts": ["p"]},
+            "version -1": {"versions": [{"version": -1, "summary": "v"}]},
+            "version text": {"versions": [{"version": "x", "summary": "v"}]},
+            "version object": {"versions": [{"version": {}, "summary": "v"}]},
+            "version > int32": {"versions": [{"version": 2**31, "summary": "v"}]},
+            "version twice": {"versions": [{"version": 1}, {"version": 1}]},
+        }.items()
+    },
 }
 
 
@@ -123,7 +226,10 @@ async def _stored_rows(db, tenant) -> int:
         keys = await session.scalar(
             text("SELECT count(*) FROM api_keys WHERE tenant_id = :t"), {"t": tenant.id}
         )
-    return int(notes) + int(jobs) + int(keys)
+        hooks = await session.scalar(
+            text("SELECT count(*) FROM webhooks WHERE tenant_id = :t"), {"t": tenant.id}
+        )
+    return int(notes) + int(jobs) + int(keys) + int(hooks)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -133,11 +239,20 @@ async def test_bad_input_is_a_clean_4xx(name: str, client, make_tenant, db) -> N
     before = await _stored_rows(db, tenant)
     if body is None:
         r = await client.request(method, path, params=params, headers=tenant.headers)
+    elif isinstance(body, Multipart):
+        r = await client.request(
+            method,
+            path,
+            params=params,
+            data=body.fields,
+            files={"file": ("note.txt", b"a small document", "text/plain")},
+            headers=tenant.headers,
+        )
     else:
         import json
 
-        raw = json.dumps(body, allow_nan=True)  # 1e400 travels as the literal Infinity
-        if "1e400" in name:
+        raw = body.text if isinstance(body, Raw) else json.dumps(body, allow_nan=True)
+        if "1e400" in name:  # 1e400 travels as the literal Infinity
             raw = raw.replace("Infinity", "1e400")
         r = await client.request(
             method,
@@ -153,6 +268,17 @@ async def test_bad_input_is_a_clean_4xx(name: str, client, make_tenant, db) -> N
     assert await _stored_rows(db, tenant) == before, name
 
 
+@pytest.mark.parametrize("name", [n for n in CASES if n.startswith("cursor ")])
+async def test_a_malformed_cursor_is_a_400_naming_it(name: str, client, tenant) -> None:
+    """Not any 4xx: a cursor is opaque text, so no schema rule can refuse it
+    first (a 422); the service's parser answers 400 ``invalid_cursor``."""
+    method, path, _, params = CASES[name]
+    r = await client.request(method, path, params=params, headers=tenant.headers)
+    assert r.status_code == 400, (name, r.text[:300])
+    assert r.json()["code"] == "invalid_cursor"
+    assert next(iter(params or {})) in r.json()["error"]
+
+
 async def test_json_literals_nan_and_infinity_are_refused(client, tenant) -> None:
     for literal in ("NaN", "Infinity", "-Infinity"):
         r = await client.post(
@@ -163,6 +289,35 @@ async def test_json_literals_nan_and_infinity_are_refused(client, tenant) -> Non
         assert r.status_code == 400, literal
         assert r.json()["code"] == "invalid_input"
         assert literal in r.json()["error"]
+
+
+async def test_json_nested_too_deeply_is_refused_with_a_message(client, tenant) -> None:
+    """The one decoder's limit, named in the 400, for a body and a form field."""
+    r = await client.post(
+        "/v1/notes",
+        content=nested(20_000).encode(),
+        headers={**tenant.headers, "content-type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["code"] == "invalid_input"
+    assert "nested too deeply (at most 64 levels" in r.json()["error"]
+    r = await client.post(
+        "/v1/upload",
+        data={"tags": nested(5000)},
+        files={"file": ("n.txt", b"text", "text/plain")},
+        headers=tenant.headers,
+    )
+    assert r.status_code == 400 and r.json()["error"].startswith("tags: JSON is nested too")
+
+
+def test_the_decoder_allows_64_levels_and_no_more() -> None:
+    from app.kit import storable
+
+    assert storable.loads(nested(63, "[]")) is not None
+    with pytest.raises(storable.InputRefused, match="nested too deeply"):
+        storable.loads(nested(64, "[]"))
+    with pytest.raises(storable.InputRefused, match="nested too deeply"):
+        storable.loads(nested(64, "{}"))
+    assert storable.loads('{"a": ' * 64 + "1" + "}" * 64) is not None
 
 
 async def test_valid_text_still_works(client, tenant) -> None:

@@ -111,6 +111,9 @@ def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
             ).stdout
             key2 = re.search(r"export KEEPMEM_API_KEY=(\S+)", out)
             assert key2 is not None
+            # the URL printed is where this stack serves (not the default port)
+            printed = re.search(r"export KEEPMEM_URL=(\S+)", out)
+            assert printed is not None and printed.group(1) == url
             h2 = {"Authorization": f"Bearer {key2.group(1)}"}
             assert c.get("/v1/notes", headers=h2).json()["count"] == 0
             assert c.get("/v1/notes/n2", headers=h2).status_code == 404
@@ -157,3 +160,34 @@ def test_second_up_on_same_data_dir_refuses(tmp_path: Path) -> None:
         err = _stop(proc, signal.SIGTERM)
     assert "keepmem: stopped" in err
     assert not (data_dir / "pg" / "postmaster.pid").exists()
+
+
+async def test_admin_set_quota_changes_only_what_it_names(stack, tenant) -> None:
+    """`keepmem admin set-quota` as the API's PUT: a number (0 allows
+    nothing), `none` (unlimited), and quotas not given stay as they are."""
+    import json
+
+    from tests.conftest import SECRET
+
+    env = {**_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
+
+    def set_quota(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, "admin", "set-quota", tenant.name, *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+    done = set_quota("--notes", "0", "--bytes", "500")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["quotas"] == {
+        "notes": 0, "bytes": 500, "requests_per_day": None, "jobs_per_day": None
+    }  # fmt: skip
+    done = set_quota("--bytes", "none", "--jobs-per-day", "7")
+    assert json.loads(done.stdout)["quotas"] == {
+        "notes": 0, "bytes": None, "requests_per_day": None, "jobs_per_day": 7
+    }  # fmt: skip
+    refused = set_quota("--notes", "-1")
+    assert refused.returncode == 2 and "whole number" in refused.stderr

@@ -87,6 +87,39 @@ async def test_daily_quotas(client, tenant, make_tenant) -> None:
     assert usage.json()["jobs_today"] >= 1 and usage.json()["requests_today"] >= 2
 
 
+async def test_quota_put_changes_only_what_it_names(client, tenant) -> None:
+    """Left out: unchanged; null: unlimited; 0: nothing allowed; a number:
+    that limit. (A PUT used to clear every quota it left out, and README
+    said 0 cleared one while the code set a zero quota.)"""
+    set_all = {"notes": 100, "bytes": 10**6, "requests_per_day": 10**5, "jobs_per_day": 10**4}
+    assert (await _quotas(client, tenant, **set_all))["quotas"] == set_all
+    # left out: unchanged
+    got = await _quotas(client, tenant, notes=50)
+    assert got["quotas"] == {**set_all, "notes": 50}
+    assert (await _quotas(client, tenant))["quotas"] == {**set_all, "notes": 50}
+    # null: unlimited
+    got = await _quotas(client, tenant, bytes=None)
+    assert got["quotas"] == {**set_all, "notes": 50, "bytes": None}
+    # 0: nothing allowed (a real zero, not "unlimited")
+    got = await _quotas(client, tenant, notes=0)
+    assert got["quotas"]["notes"] == 0 and got["quotas"]["requests_per_day"] == 10**5
+    r = await _put(client, tenant, "none-allowed")
+    assert r.status_code == 403 and "notes" in r.json()["error"]
+    # a positive number again lets writes through
+    await _quotas(client, tenant, notes=10**6)
+    assert (await _put(client, tenant, "allowed-again")).status_code == 200
+    # a name that is no quota is refused, and changes nothing
+    r = await client.put(
+        f"/v1/admin/tenants/{tenant.id}/quotas", headers=ADMIN, json={"note": 1, "bytes": 5}
+    )
+    assert r.status_code == 422 and r.json()["code"] == "invalid"
+    usage = (await client.get(f"/v1/admin/tenants/{tenant.id}/usage", headers=ADMIN)).json()
+    assert usage["quotas"]["bytes"] is None
+    # an empty body for a tenant that does not exist is still a 404
+    r = await client.put(f"/v1/admin/tenants/{uuid.uuid4()}/quotas", headers=ADMIN, json={})
+    assert r.status_code == 404
+
+
 async def test_usage_needs_an_admin_credential(client, tenant) -> None:
     reader = await client.post(
         "/v1/keys", headers=tenant.headers, json={"name": "r", "scopes": ["read"]}

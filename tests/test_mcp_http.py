@@ -7,6 +7,7 @@ import json
 
 import httpx
 import httpx2
+import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -65,3 +66,138 @@ async def test_mcp_refuses_a_bad_key_clearly(live_url) -> None:
     assert challenge.endswith('/.well-known/oauth-protected-resource/mcp"')
     r = httpx.post(f"{live_url}/mcp", json={})
     assert r.status_code == 401 and "missing credentials" in r.json()["error"]
+
+
+async def test_reading_a_missing_note_is_not_found_and_logged_once(
+    live_url, tenant, caplog
+) -> None:
+    """A missing note is the SDK's resource-not-found error (-32602, keepmem's
+    reason in it), not an internal error (-32603) with a traceback logged per
+    request; the SDK's lines are limited to one per kind per minute."""
+    import logging
+
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+
+    caplog.set_level(logging.INFO, logger="mcp")
+    headers = {"Authorization": f"Bearer {tenant.key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{live_url}/mcp", http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        for _ in range(5):
+            with pytest.raises(MCPError) as refused:
+                await session.read_resource("keepmem://nothing-here")
+            assert refused.value.code == INVALID_PARAMS
+            assert "note_not_found" in refused.value.message
+    lines = [r for r in caplog.records if r.name.startswith("mcp") and "nothing-here" in r.message]
+    assert len(lines) <= 1 and not any(r.exc_info for r in lines)
+    assert not [r for r in caplog.records if r.name.startswith("mcp") and r.levelno >= 40]
+
+
+async def test_a_wrong_content_type_is_a_json_415(live_url, tenant) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    r = httpx.post(
+        f"{live_url}/mcp",
+        content=json.dumps(message),
+        headers={**tenant.headers, "Accept": "application/json", "Content-Type": "text/plain"},
+    )
+    assert r.status_code == 415 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert body["code"] == "unsupported_media_type" and "application/json" in body["error"]
+    assert body["request_id"] == r.headers["x-request-id"]
+
+
+ENVELOPES = {
+    "id an object": {"jsonrpc": "2.0", "id": {}, "method": "tools/list"},
+    "id a boolean": {"jsonrpc": "2.0", "id": True, "method": "tools/list"},
+    "params a list": {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]},
+    "method a number": {"jsonrpc": "2.0", "id": 1, "method": 5},
+    "old jsonrpc": {"jsonrpc": "1.0", "id": 1, "method": "tools/list"},
+    "a batch": [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}],
+    "too deep": {"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"a": [[[[[[]]]]]] * 1}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENVELOPES))
+async def test_a_message_that_is_not_jsonrpc_is_a_jsonrpc_400(live_url, tenant, name) -> None:
+    """Checked before the MCP layer: an id it cannot answer would otherwise
+    make the message a notification, silently dropped with a 202."""
+    message = ENVELOPES[name]
+    raw = json.dumps(message)
+    if name == "too deep":
+        raw = raw.replace("[[[[[[]]]]]]", "[" * 5000 + "]" * 5000)
+    headers = {**tenant.headers, "Accept": "application/json, text/event-stream"}
+    r = httpx.post(
+        f"{live_url}/mcp", content=raw, headers={**headers, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32600, body
+    assert body["error"]["message"]
+
+
+async def test_a_bad_project_and_a_delete_are_refused_in_the_error_shape(live_url, tenant) -> None:
+    headers = {
+        **tenant.headers,
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    r = httpx.post(f"{live_url}/mcp", content=message, headers={**headers, "X-Project": "Bad!"})
+    assert r.status_code == 400 and "invalid project slug" in r.json()["error"], r.text
+    r = httpx.delete(f"{live_url}/mcp", headers=headers)
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST", r.text
+    assert r.json()["code"] == "method_not_allowed"
+    # the good message still works
+    r = httpx.post(f"{live_url}/mcp", content=message, headers=headers)
+    assert r.status_code == 200 and "tools" in r.json()["result"], r.text
+
+
+async def test_get_streams_are_capped_per_tenant_and_end(settings, make_tenant) -> None:
+    """GET /mcp (the server's event stream) holds one of the tenant's stream
+    slots, shared with GET /v1/events: one past the cap is a 429 in the one
+    error shape; every stream ends after mcp_stream_max_seconds."""
+    import asyncio
+    import time
+
+    from app.main import create_app
+    from tests.conftest import serving
+
+    tenant, other = await make_tenant(), await make_tenant()
+    app = create_app(
+        settings.model_copy(
+            update={"events_max_streams_per_tenant": 3, "mcp_stream_max_seconds": 2.0}
+        )
+    )
+    sse = {"Accept": "text/event-stream"}
+    with serving(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            opened = asyncio.Queue[int]()
+
+            async def hold(who) -> float:
+                began = time.monotonic()
+                async with http.stream("GET", "/mcp", headers={**who.headers, **sse}) as r:
+                    await opened.put(r.status_code)
+                    async for _ in r.aiter_bytes():
+                        pass
+                return time.monotonic() - began
+
+            held = [asyncio.create_task(hold(tenant)) for _ in range(3)]
+            assert [await opened.get() for _ in range(3)] == [200, 200, 200]
+            assert app.state.streams.open(tenant.id) == 3
+            r = await http.get("/mcp", headers={**tenant.headers, **sse})
+            assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+            assert r.json()["code"] == "rate_limited" and "streams" in r.json()["error"]
+            r = await http.get("/v1/events", headers=tenant.headers)
+            assert r.status_code == 429  # the same slots
+            another = asyncio.create_task(hold(other))  # another tenant is not affected
+            assert await opened.get() == 200
+            lasted = await asyncio.gather(*held, another)
+            assert all(1.5 < seconds < 10 for seconds in lasted), lasted
+            assert app.state.streams.open(tenant.id) == 0
+            again = asyncio.create_task(hold(tenant))
+            assert await opened.get() == 200
+            await again

@@ -8,6 +8,7 @@ production, against the suite's PostgreSQL and Redis.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -25,7 +26,9 @@ MAX_EXAMPLES = os.environ.get("KEEPMEM_SCHEMATHESIS_EXAMPLES", "20")
 SEED = os.environ.get("KEEPMEM_SCHEMATHESIS_SEED", "20261123")
 
 
-def _run(url: str, token: str, *paths: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    url: str, token: str, *paths: str, authorization: str | None = None
+) -> subprocess.CompletedProcess[str]:
     args = [
         str(ST),
         "--config-file",
@@ -43,7 +46,7 @@ def _run(url: str, token: str, *paths: str) -> subprocess.CompletedProcess[str]:
         "none",
         "--no-color",
         "-H",
-        f"Authorization: Bearer {token}",
+        f"Authorization: {authorization or f'Bearer {token}'}",
         *paths,
     ]
     return subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
@@ -68,14 +71,14 @@ def test_schemathesis_with_a_tenant_key(live_url: str) -> None:
     # The key routes run on their own (below): Schemathesis revokes the keys
     # it finds, its own included, and the rest would then see only 401s.
     # Revocation and introspection authenticate an OAuth client, not a
-    # tenant key (tests/test_oauth.py drives them with registered clients).
-    # An event stream never ends by design (tests/test_events.py covers its
-    # input); /metrics takes the operator's token.
+    # tenant key, and MCP wants its Accept header: both have runs of their
+    # own (below). An event stream never ends by design (tests/test_events.py
+    # covers its input); /metrics takes the operator's token.
     out = _run(
         live_url,
         _tenant_key(live_url),
         "--exclude-path-regex",
-        "^/(v1/(admin|keys|events)|oauth/(revoke|introspect)|metrics)",
+        "^/(v1/(admin|keys|events)|oauth/(revoke|introspect)|metrics|mcp$)",
     )
     assert out.returncode == 0, _summary(out)
     assert "Authentication failed" not in out.stdout, _summary(out)
@@ -91,3 +94,44 @@ def test_schemathesis_on_key_management(live_url: str) -> None:
 def test_schemathesis_with_the_admin_token(live_url: str) -> None:
     out = _run(live_url, ADMIN_TOKEN, "--include-path-regex", "^/v1/admin")
     assert out.returncode == 0, _summary(out)
+
+
+def test_schemathesis_on_mcp(live_url: str) -> None:
+    """MCP's JSON-RPC endpoint as an MCP client calls it (its Accept header:
+    the transport's rule). The GET event stream never ends by design
+    (tests/test_mcp_http.py covers its cap and its end)."""
+    out = _run(
+        live_url,
+        _tenant_key(live_url),
+        "-H",
+        "Accept: application/json, text/event-stream",
+        "--include-path-regex",
+        "^/mcp$",
+        "--exclude-method",
+        "GET",
+    )
+    assert out.returncode == 0, _summary(out)
+    assert re.search(r"Tested: 1\b", out.stdout), _summary(out)
+
+
+def test_schemathesis_on_the_oauth_client_endpoints(live_url: str) -> None:
+    """Token, revocation and introspection authenticate an OAuth client
+    (HTTP Basic with a registered client's secret), and registration needs
+    no credentials at all."""
+    r = httpx.post(
+        f"{live_url}/oauth/register",
+        json={"redirect_uris": ["https://app.example/cb"], "client_name": "schemathesis"},
+    )
+    assert r.status_code == 201, r.text
+    client = r.json()
+    basic = base64.b64encode(f"{client['client_id']}:{client['client_secret']}".encode())
+    out = _run(
+        live_url,
+        "",
+        "--include-path-regex",
+        "^/oauth/(token|revoke|introspect|register)$",
+        authorization=f"Basic {basic.decode()}",
+    )
+    assert out.returncode == 0, _summary(out)
+    tested = re.search(r"Tested: (\d+)", out.stdout)
+    assert tested and int(tested.group(1)) == 4, _summary(out)

@@ -22,7 +22,7 @@ from app.auth.schemas import (
 from app.deps import SettingsDep, SystemSessionDep, server_secret
 from app.erasure import service as erasure
 from app.tenants import service as tenants
-from app.usage.schemas import Quotas, Usage
+from app.usage.schemas import QuotaChanges, Usage
 from app.wire import api_router
 
 router = api_router(prefix="/v1/admin", tags=["admin"])
@@ -103,12 +103,14 @@ async def erase_tenant(
 
 @router.put("/tenants/{tenant_id}/quotas", response_model=Usage, summary="Set a tenant's quotas")
 async def set_quotas(
-    tenant_id: uuid.UUID, body: Quotas, request: Request, session: SystemSessionDep
+    tenant_id: uuid.UUID, body: QuotaChanges, request: Request, session: SystemSessionDep
 ) -> Usage:
     """Limits on notes, stored bytes, requests per day and background jobs per
-    day (null: unlimited). Past one, writes get 403 (429 for a daily quota)
-    naming it; nothing is half-written."""
-    await tenants.set_quotas(session, tenant_id, body.model_dump(), actor="admin")
+    day. Only the quotas in the body change: a number sets that limit (0
+    allows nothing: no more notes, or no requests until it is raised), `null`
+    makes it unlimited, and a quota left out keeps its value. Past one,
+    writes get 403 (429 for a daily quota) naming it; nothing is half-written."""
+    await tenants.set_quotas(session, tenant_id, body.changes(), actor="admin")
     request.app.state.caches.quotas.drop(lambda key: key == tenant_id)
     return Usage(**await accounts.usage_of(session, tenant_id, request.app.state.redis))
 

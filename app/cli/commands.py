@@ -221,6 +221,31 @@ def _env_of(settings: Settings) -> dict[str, str]:
     return env
 
 
+def server_config(app: Any, settings: Settings, *, host: str, port: int) -> Any:
+    """How uvicorn serves ``app`` (a ``uvicorn.Config``), in ``serve`` and ``up``.
+
+    Forwarded headers (``X-Forwarded-For``, ``-Proto``) are believed only from
+    ``KEEPMEM_TRUSTED_PROXIES``: uvicorn's own default believes any peer on
+    127.0.0.1, so a client on the same host (or behind an untrusted hop)
+    could give each failed login a new address and never meet the limit on
+    failed authentications."""
+    import uvicorn
+
+    proxies = settings.trusted_proxies
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,  # logs.configure's handlers (JSON lines by default)
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=list(proxies) if proxies else [],
+        # SIGTERM: stop accepting, let in-flight requests finish this long.
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+    )
+
+
 def _serve(
     settings: Settings,
     host: str,
@@ -236,16 +261,7 @@ def _serve(
 
     logs.configure(settings.log_format, settings.log_level)
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,  # logs.configure's handlers (JSON lines by default)
-        log_level=settings.log_level.lower(),
-        lifespan="on",
-        # SIGTERM: stop accepting, let in-flight requests finish this long.
-        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
-    )
+    config = server_config(app, settings, host=host, port=port)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -266,6 +282,9 @@ def _serve(
                 )
                 _eprint(f"keepmem: dashboard at http://{host}:{port}/ui")
             if data_dir is not None:
+                from app.cli.embedded import record_url
+
+                record_url(data_dir, f"http://{host}:{port}")
                 _eprint(f"keepmem: admin token in {data_dir / 'secrets.json'}")
             _print_exports(f"http://{host}:{port}", key)
         await task
@@ -333,6 +352,18 @@ def _admin_settings(args: argparse.Namespace) -> tuple[Settings, _Embedded | Non
     return settings, embedded
 
 
+def _service_url(embedded: _Embedded | None, settings: Settings) -> str:
+    """Where a new tenant's clients go: where the embedded stack of the data
+    directory serves (``keepmem up`` records it), else the configured host
+    and port."""
+    if embedded is not None:
+        from app.cli.embedded import recorded_url
+
+        if url := recorded_url(embedded.data_dir):
+            return url
+    return f"http://{settings.host}:{settings.port}"
+
+
 def cmd_admin(args: argparse.Namespace) -> int:
     import json
 
@@ -345,7 +376,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
     try:
         if args.admin_command == "create-tenant":
             _, key = _run(lambda: _create_tenant(settings, args.name))
-            _print_exports(args.url or f"http://{settings.host}:{settings.port}", key)
+            _print_exports(args.url or _service_url(embedded, settings), key)
             return 0
 
         async def run() -> Any:
@@ -373,14 +404,9 @@ def cmd_admin(args: argparse.Namespace) -> int:
                         return {"kid": await keyring.rotate(session), "retired": "all others"}
                     tenant = await tenants.get_tenant_by_name(session, args.tenant)
                     if args.admin_command == "set-quota":
-                        quotas = {
-                            name: getattr(args, name)
-                            for name in tenants.QUOTAS
-                            if getattr(args, name) is not None
-                        }
-                        current = (await accounts.usage_of(session, tenant.id, None))["quotas"]
-                        merged = {**current, **{k: (v or None) for k, v in quotas.items()}}
-                        await tenants.set_quotas(session, tenant.id, merged, actor="cli")
+                        # Only the quotas given change (as the API's PUT does).
+                        changes = {n: getattr(args, n) for n in tenants.QUOTAS if hasattr(args, n)}
+                        await tenants.set_quotas(session, tenant.id, changes, actor="cli")
                         return await accounts.usage_of(session, tenant.id, None)
                     if args.admin_command == "usage":
                         return await accounts.usage_of(session, tenant.id, None)
@@ -433,6 +459,17 @@ def cmd_admin(args: argparse.Namespace) -> int:
             embedded.pg.stop()
 
 
+def _quota(text: str) -> int | None:
+    """A quota on the command line: a whole number (0 allows nothing) or
+    ``none`` (unlimited)."""
+    if text.strip().lower() in ("none", "null", "unlimited"):
+        return None
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and int(digits) <= 10**15):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (to 10^15) or 'none'")
+    return int(digits)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="keepmem", description=__doc__)
     parser.add_argument("--version", action="version", version=f"keepmem {__version__}")
@@ -479,11 +516,20 @@ def build_parser() -> argparse.ArgumentParser:
     rk.add_argument("tenant", help="tenant name")
     rk.add_argument("key_id")
     sq = admin_sub.add_parser(
-        "set-quota", parents=[common], help="set a tenant's quotas (0 clears one)"
+        "set-quota",
+        parents=[common],
+        help="change a tenant's quotas: N (0 allows nothing) or none (unlimited); "
+        "quotas not given stay as they are",
     )
     sq.add_argument("tenant", help="tenant name")
     for name in ("notes", "bytes", "requests_per_day", "jobs_per_day"):
-        sq.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None)
+        sq.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=_quota,
+            default=argparse.SUPPRESS,
+            metavar="N|none",
+        )
     us = admin_sub.add_parser("usage", parents=[common], help="a tenant's usage and quotas")
     us.add_argument("tenant", help="tenant name")
     et = admin_sub.add_parser(

@@ -7,6 +7,7 @@ Layout of ``data_dir``::
     redis/         Redis append-only file
     secrets.json   server secret and admin token (mode 0600), made on first start
     lock           held while a stack runs from this directory
+    url            the API's URL, written by ``keepmem up`` once it serves
 """
 
 from __future__ import annotations
@@ -77,6 +78,20 @@ def load_secrets(data_dir: Path, *, create: bool) -> Secrets:
     with os.fdopen(fd, "w") as fh:
         json.dump({"secret_key": made.secret_key, "admin_token": made.admin_token}, fh)
     return made
+
+
+def record_url(data_dir: Path, url: str) -> None:
+    """Note where the stack of ``data_dir`` serves (``keepmem admin`` prints it)."""
+    (data_dir / "url").write_text(url + "\n")
+
+
+def recorded_url(data_dir: Path) -> str | None:
+    """Where the stack of ``data_dir`` serves, or last served; None if it never did."""
+    try:
+        url = (data_dir / "url").read_text().strip()
+    except OSError:
+        return None
+    return url or None
 
 
 class DataDirLock:

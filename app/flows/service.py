@@ -20,6 +20,7 @@ from app.errors import AppError, MissingScope
 from app.flows import prompts, states
 from app.flows.schemas import FlowRequest, FlowResult
 from app.flows.states import FlowContext, Outcome
+from app.kit import storable
 from app.tenancy import WRITE
 
 RESUME_SENTINEL = "__cursor__"
@@ -49,8 +50,8 @@ def _cursor(state: str) -> str:
 
 def _resume(token: str) -> str | None:
     try:
-        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raw = storable.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, binascii.Error):  # InputRefused and UnicodeDecodeError are ValueErrors
         return None
     state = raw.get("s") if isinstance(raw, dict) else None
     return state if isinstance(state, str) and state else None

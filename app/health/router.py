@@ -111,6 +111,6 @@ async def prometheus(
     presented = (credentials.credentials if credentials else "").encode()
     if not any(hmac.compare_digest(presented, token.encode()) for token in allowed):
         raise Unauthorized("send 'Authorization: Bearer <KEEPMEM_METRICS_TOKEN>'")
-    streams = sum(getattr(request.app.state, "event_streams", {}).values())
+    streams = request.app.state.streams.total()
     body = await metrics_service.scrape(request.app.state.db, open_streams=streams)
     return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

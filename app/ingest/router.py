@@ -12,7 +12,7 @@ from app.errors import BadRequest, PayloadTooLarge
 from app.ingest import documents
 from app.middleware import UPLOAD_PATH
 from app.notes.schemas import NoteOut
-from app.wire import api_router
+from app.wire import api_router, loads
 
 router = api_router(prefix="/v1", tags=["notes"])
 
@@ -39,7 +39,7 @@ async def upload(
     user_tags: dict[str, Any] | None = None
     if tags:
         try:
-            user_tags = json.loads(tags)
+            user_tags = loads(tags, where="tags")
         except json.JSONDecodeError as exc:
             raise BadRequest(f"tags must be a JSON object: {exc}") from exc
         if not isinstance(user_tags, dict):

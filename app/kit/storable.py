@@ -19,6 +19,12 @@ MAX_OFFSET = 1_000_000_000
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
+# Deepest nesting of arrays and objects a JSON input may have: far above any
+# real document (a note with tags is three levels), far below what would
+# exhaust the stack of the code reading it (RecursionError was a 500).
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = f"JSON is nested too deeply (at most {MAX_JSON_DEPTH} levels of arrays and objects)"
+
 
 def json_integer(value: Any) -> Any:
     """For a strict integer field: JSON's integral numbers (``5``, ``5.0``,
@@ -64,27 +70,40 @@ def _constant(name: str) -> float:
 
 
 def _walk(value: Any, where: str) -> None:
-    if isinstance(value, str):
-        check_text(value, where)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(key, f"{where}.{key[:40]!r}")
-            _walk(item, f"{where}.{key[:40]}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _walk(item, f"{where}[{i}]")
+    """Check every string and key, and the nesting depth (without recursion:
+    a deep document must not exhaust the stack of what reads it after)."""
+    pending: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while pending:
+        item, at, depth = pending.pop()
+        if isinstance(item, str):
+            check_text(item, at)
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            raise InputRefused(f"{where}: {_TOO_DEEP}")
+        if isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                check_text(key, f"{at}.{key[:40]!r}")
+                pending.append((child, f"{at}.{key[:40]}", depth + 1))
+        else:
+            for i in range(len(item) - 1, -1, -1):
+                pending.append((item[i], f"{at}[{i}]", depth + 1))
 
 
-def loads(raw: bytes | str) -> Any:
-    """Strict JSON: finite numbers, 64-bit integers, storable text.
+def loads(raw: bytes | str, *, where: str = "body") -> Any:
+    """The one JSON decoder of request input (bodies, JSON-carrying form
+    fields and query values, cursors): finite numbers, 64-bit integers,
+    storable text, at most :data:`MAX_JSON_DEPTH` levels of nesting.
 
-    Raises :class:`InputRefused` for storable-JSON violations and
-    :class:`json.JSONDecodeError` for malformed JSON (both become a 422).
+    Raises :class:`InputRefused` for storable-JSON violations (too deep
+    included) and :class:`json.JSONDecodeError` for malformed JSON; both are
+    ``ValueError``. ``where`` names the input in refusals.
     """
     doc = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     try:
         value = json.loads(doc, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except RecursionError:
-        raise InputRefused("JSON is nested too deeply") from None
-    _walk(value, "body")
+        raise InputRefused(f"{where}: {_TOO_DEEP}") from None
+    _walk(value, where)
     return value

@@ -32,6 +32,9 @@ MODES = ("merge", "replace")
 # Tags keep computes from timestamps on the way out: not stored.
 _COMPUTED = {"_created", "_updated", "_updated_date", "_accessed", "_accessed_date"}
 MAX_DOCUMENTS = 100_000
+# Version and part numbers are PostgreSQL integers, and a part is read as
+# ``ID@P{N}`` with N from 1.
+MAX_NUMBER = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -66,6 +69,40 @@ def _tags(raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return checked, {k: v for k, v in system.items() if k not in _COMPUTED}
 
 
+def _number(value: Any, where: str) -> int:
+    """A version or part number: a JSON integer from 1 to :data:`MAX_NUMBER`."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NUMBER:
+        raise BadRequest(f"{where} must be an integer from 1 to {MAX_NUMBER}, not {value!r:.40}")
+    return value
+
+
+def _entries(raw: Any, where: str) -> list[Mapping[str, Any]]:
+    """A document's ``versions`` or ``parts``: absent, or a list of objects."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise BadRequest(f"{where} must be a list")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise BadRequest(f"{where}[{i}] must be an object")
+    return raw
+
+
+def _numbered(entries: list[Mapping[str, Any]], key: str, where: str) -> list[int]:
+    """The numbers ``entries`` give under ``key`` (their place, from 1, when
+    left out), each valid and none twice."""
+    numbers: list[int] = []
+    for i, entry in enumerate(entries):
+        given = entry.get(key)
+        numbers.append(i + 1 if given is None else _number(given, f"{where}[{i}].{key}"))
+    if len(set(numbers)) < len(numbers):
+        twice = next(n for n in numbers if numbers.count(n) > 1)
+        raise BadRequest(f"{where}: {key} {twice} appears more than once")
+    return numbers
+
+
 def _text(doc: Mapping[str, Any], key: str) -> str:
     value = doc.get(key)
     return value if isinstance(value, str) else ""
@@ -96,7 +133,9 @@ async def import_documents(
                 continue
             # the note exists (just read): delete it with its history
             await history.delete(session, scope, raw_id=note_id, delete_versions=True)
-        await _import_one(session, scope, note_id, doc, result, limits=limits)
+        await _import_one(
+            session, scope, note_id, doc, result, limits=limits, where=f"documents[{index}]"
+        )
     return result
 
 
@@ -108,7 +147,14 @@ async def _import_one(
     result: ImportResult,
     *,
     limits: Limits,
+    where: str,
 ) -> None:
+    # Checked before anything is written (a refusal also rolls the whole
+    # import back: the request's unit of work never commits).
+    versions = _entries(doc.get("versions"), f"{where}.versions")
+    version_numbers = _numbered(versions, "version", f"{where}.versions")
+    parts = _entries(doc.get("parts"), f"{where}.parts")
+    part_numbers = _numbered(parts, "part_num", f"{where}.parts")
     now = utcnow()
     summary = (_text(doc, "summary") or _text(doc, "content"))[: limits.max_summary_chars]
     user, system = _tags(doc.get("tags"))
@@ -145,16 +191,25 @@ async def _import_one(
     )
     result.imported += 1
     result.queued += 1 if queued else 0
-    result.versions += await _import_versions(session, scope, note_id, doc.get("versions"))
-    result.parts += await _import_parts(session, scope, note_id, doc.get("parts"))
-
-
-async def _import_versions(session: AsyncSession, scope: Scope, note_id: str, raw: Any) -> int:
-    if not isinstance(raw, list):
-        return 0
-    ordered = sorted(
-        (v for v in raw if isinstance(v, Mapping)), key=lambda v: int(v.get("version") or 0)
+    result.versions += await _import_versions(
+        session,
+        scope,
+        note_id,
+        sorted(zip(version_numbers, versions, strict=True), key=lambda pair: pair[0]),
     )
+    result.parts += await _import_parts(
+        session, scope, note_id, list(zip(part_numbers, parts, strict=True))
+    )
+
+
+async def _import_versions(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    numbered: list[tuple[int, Mapping[str, Any]]],
+) -> int:
+    """The versions in their numbers' order, stored as 1..n (oldest first)."""
+    ordered = [version for _, version in numbered]
     for number, version in enumerate(ordered, start=1):
         summary = _text(version, "summary")
         user, system = _tags(version.get("tags"))
@@ -186,18 +241,17 @@ async def _import_versions(session: AsyncSession, scope: Scope, note_id: str, ra
     return len(ordered)
 
 
-async def _import_parts(session: AsyncSession, scope: Scope, note_id: str, raw: Any) -> int:
-    if not isinstance(raw, list):
-        return 0
+async def _import_parts(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    numbered: list[tuple[int, Mapping[str, Any]]],
+) -> int:
     rows: list[tuple[int, str, dict[str, Any], str, str]] = []
-    for i, part in enumerate(p for p in raw if isinstance(p, Mapping)):
+    for num, part in numbered:
         summary = _text(part, "summary")
         tags = part.get("tags") if isinstance(part.get("tags"), Mapping) else {}
-        num = part.get("part_num")
-        rows.append(
-            (int(num) if isinstance(num, int) else i + 1, summary, dict(tags or {}),
-             sha256_hex(summary), summary)
-        )  # fmt: skip
+        rows.append((num, summary, dict(tags or {}), sha256_hex(summary), summary))
     if rows:
         await repo.insert_parts(session, scope, note_id, rows)
         await feed.record(

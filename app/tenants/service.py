@@ -6,12 +6,13 @@ credential works in. Creating tenants and projects, and erasing them, is
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import repository as audit
 from app.errors import (
+    BadRequest,
     Forbidden,
     ProjectNotFound,
     TenantNotFound,
@@ -69,10 +70,18 @@ async def slug_of(session: AsyncSession, tenant: TenantScope, *, project_id: uui
 
 
 async def set_quotas(
-    session: AsyncSession, tenant_id: uuid.UUID, quotas: dict[str, int | None], *, actor: str
+    session: AsyncSession, tenant_id: uuid.UUID, changes: Mapping[str, int | None], *, actor: str
 ) -> None:
-    """Set a tenant's quotas (None: unlimited); recorded in its audit trail."""
-    values = {f"quota_{name}": quotas.get(name) for name in QUOTAS}
+    """Change the quotas named in ``changes`` (a number: that limit, 0
+    allowing nothing; None: unlimited); the others stay as they are.
+    Recorded in the tenant's audit trail."""
+    unknown = sorted(set(changes) - set(QUOTAS))
+    if unknown:
+        raise BadRequest(f"unknown quotas {unknown}; quotas are {list(QUOTAS)}")
+    if not changes:
+        await get_tenant(session, tenant_id)  # nothing to change, but it must exist
+        return
+    values = {f"quota_{name}": value for name, value in changes.items()}
     if not await repo.set_quotas(session, tenant_for_admin(tenant_id), values):
         raise TenantNotFound(f"tenant not found: {tenant_id}")
     await audit.record(
@@ -81,7 +90,7 @@ async def set_quotas(
         actor=actor,
         action="tenant.quotas",
         target=str(tenant_id),
-        detail={name: quotas.get(name) for name in QUOTAS},
+        detail=dict(changes),
     )
 
 

@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.wire import not_text
 
 
 class Quotas(BaseModel):
-    notes: int | None = Field(default=None, ge=0, le=10**15, description="None: unlimited.")
-    bytes: int | None = Field(default=None, ge=0, le=10**15)
-    requests_per_day: int | None = Field(default=None, ge=0, le=10**15)
-    jobs_per_day: int | None = Field(default=None, ge=0, le=10**15)
+    """A tenant's limits: a number is the limit (0 allows nothing), null is unlimited."""
+
+    notes: int | None = Field(default=None, ge=0, le=10**15, description="Notes stored.")
+    bytes: int | None = Field(default=None, ge=0, le=10**15, description="Bytes stored.")
+    requests_per_day: int | None = Field(
+        default=None, ge=0, le=10**15, description="API requests a day (UTC)."
+    )
+    jobs_per_day: int | None = Field(
+        default=None, ge=0, le=10**15, description="Background jobs queued a day (UTC)."
+    )
 
     _whole = field_validator("*", mode="before")(not_text)
+
+
+class QuotaChanges(Quotas):
+    """The quotas to change: each one given is set (a number is the limit, 0
+    allowing nothing at all; null makes it unlimited); each one left out stays
+    as it is. A name that is not a quota is refused (a typo must not pass as
+    "nothing to change")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def changes(self) -> dict[str, int | None]:
+        return self.model_dump(include=self.model_fields_set)
 
 
 class Usage(BaseModel):

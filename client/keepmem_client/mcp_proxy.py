@@ -7,7 +7,8 @@ Tools: remember, recall, get, context, timeline, tag, forget, versions.
 Prompts: the project's prompt notes (``.prompt/agent/*``), rendered by
 keepmem. Resources: ``keepmem://now`` and ``keepmem://{id}``. A failed call
 is an MCP tool error carrying keepmem's message, never a result that looks
-like success.
+like success; a failed resource read is a protocol error with keepmem's
+message (a missing note: the SDK's resource-not-found error).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from keepmem_client._client import AsyncKeepmem
-from keepmem_client._errors import AuthenticationError, KeepmemError
+from keepmem_client._errors import AuthenticationError, KeepmemError, NotFoundError
 
 INSTRUCTIONS = (
     "keepmem is your long-term memory. remember what is worth keeping (with tags), "
@@ -37,7 +38,7 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     of the request being served); ``prompts`` as the project lists them."""
     km = _Lazy(client)
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 
     server = MCPServer("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -87,13 +88,24 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     async def versions(id: str, limit: int = 10) -> str:
         return await call(_dump(km.versions(id, limit=limit)))
 
+    async def read(coro: Any) -> str:
+        # A resource read that fails is a protocol error: "not found" in the
+        # SDK's convention for a missing note, keepmem's reason otherwise
+        # (anything else would be an internal error, logged with its stack).
+        try:
+            return _text(await coro)
+        except NotFoundError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        except KeepmemError as exc:
+            raise ResourceError(str(exc)) from exc
+
     @server.resource("keepmem://now", name="now", mime_type="application/json")
     async def now() -> str:
-        return await call(_dump(km.now()))
+        return await read(_dump(km.now()))
 
     @server.resource("keepmem://{id}", name="note", mime_type="application/json")
     async def note(id: str) -> str:
-        return await call(_dump(km.get(id)))
+        return await read(_dump(km.get(id)))
 
     for entry in prompts:
         _add_prompt(server, km, entry)
