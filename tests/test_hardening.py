@@ -252,7 +252,10 @@ async def test_stub_notes_get_no_reindex_jobs(client, tenant, make_pipeline) -> 
 # -- a failing provider is a 503, not a 500 -------------------------------------------
 
 
-async def test_embedding_provider_down_during_find_is_503(settings, db, tenant) -> None:
+async def test_embedding_provider_down_find_answers_from_full_text(settings, db, tenant) -> None:
+    """A hybrid find with the embedder down answers from its full-text stage
+    (200, mode "text", a Warning header); a vector-only find has nothing else
+    to answer with (503, Retry-After)."""
     vendor = Vendor(dim=8)
     with VendorServer(vendor) as server:
         hosted = {
@@ -279,12 +282,28 @@ async def test_embedding_provider_down_during_find_is_503(settings, db, tenant) 
             ok = await c.post("/v1/search", json={"query": "harbour"}, headers=tenant.headers)
             assert ok.status_code == 200 and ok.json()["mode"] == "hybrid"
             vendor.fail_status, vendor.fail_times = 503, -1
-            r = await c.post("/v1/search", json={"query": "boats"}, headers=tenant.headers)
+            # a question not asked before: its vector is not in the query cache
+            q = {"query": "harbour at dawn"}
+            hybrid = await c.post("/v1/search", json=q, headers=tenant.headers)
+            compact = await c.post("/v1/search/compact", json=q, headers=tenant.headers)
+            vector = await c.post(
+                "/v1/search", json={**q, "stages": "vector"}, headers=tenant.headers
+            )
+            vendor.fail_times = 0  # the provider is back: hybrid again, no warning
+            again = await c.post("/v1/search", json=q, headers=tenant.headers)
         await embedder.aclose()
-    assert r.status_code == 503, r.text
-    body = r.json()
+    assert hybrid.status_code == 200, hybrid.text
+    assert hybrid.json()["mode"] == "text"
+    assert [n["id"] for n in hybrid.json()["notes"]] == ["h"]
+    assert "full-text stage" in hybrid.headers["warning"]
+    assert compact.status_code == 200 and compact.json()["mode"] == "text"
+    assert "warning" in compact.headers
+    assert vector.status_code == 503, vector.text
+    body = vector.json()
     assert body["code"] == "provider_unavailable" and body["request_id"]
-    assert r.headers["retry-after"]
+    assert vector.headers["retry-after"]
+    assert again.status_code == 200 and again.json()["mode"] == "hybrid"
+    assert "warning" not in again.headers
 
 
 # -- logs -----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query, Request
+from fastapi import Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.deps import NoteIdDep, ReadScope, SessionDep
@@ -36,7 +36,11 @@ router = api_router(prefix="/v1", tags=["search"])
     summary="Find notes",
 )
 async def search(
-    body: SearchRequest, request: Request, scope: ReadScope, session: SessionDep
+    body: SearchRequest,
+    request: Request,
+    response: Response,
+    scope: ReadScope,
+    session: SessionDep,
 ) -> SearchResponse:
     """Hybrid find: meaning (vectors) and words (BM25 full text) blended by
     score; the best hits' neighbours on the timeline (the notes just before
@@ -47,7 +51,7 @@ async def search(
     Filters by tags, time and id glob apply inside both searches and to the
     context. Or, with `similar_to`, the notes nearest in meaning to a stored
     note."""
-    result = await _run_find(body, request, scope, session)
+    result = await _run_find(body, request, response, scope, session)
     notes = [_scored(v, s) for v, s in result.items]
     for note, (why, bias) in zip(notes, result.explained or [], strict=False):
         note.explain = _explanation(why, bias)
@@ -84,16 +88,24 @@ def _explanation(why: ranking.Explained, bias: float) -> Explanation:
     )
 
 
+#: Sent when a find answered with less than it was asked for (RFC 7234's
+#: miscellaneous warning, 199): a hybrid find while the embedder is down.
+WARNING_HEADER = "Warning"
+
+
 async def _run_find(
-    body: SearchRequest, request: Request, scope: Scope, session: AsyncSession
+    body: SearchRequest, request: Request, response: Response, scope: Scope, session: AsyncSession
 ) -> service.SearchResult:
-    return await service.find(
+    result = await service.find(
         session,
         scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
         data=_find_input(body),
     )
+    if result.warning:
+        response.headers[WARNING_HEADER] = f'199 keepmem "{result.warning}"'
+    return result
 
 
 def _find_input(body: SearchRequest) -> service.FindInput:
@@ -120,12 +132,16 @@ def _find_input(body: SearchRequest) -> service.FindInput:
 
 @router.post("/search/compact", response_model=CompactResponse, summary="Find, one line each")
 async def search_compact(
-    body: CompactRequest, request: Request, scope: ReadScope, session: SessionDep
+    body: CompactRequest,
+    request: Request,
+    response: Response,
+    scope: ReadScope,
+    session: SessionDep,
 ) -> CompactResponse:
     """The same find, returned as one line per result (id, score, one-line
     summary, date) and trimmed to `token_budget`: the first step of progressive
     disclosure; follow up with `/timeline` or `/detail` on the ids that matter."""
-    result = await _run_find(body, request, scope, session)
+    result = await _run_find(body, request, response, scope, session)
     kept = disclosure.fit([disclosure.line(v, s) for v, s in result.items], body.token_budget)
     return CompactResponse(
         results=[CompactLine(**e) for e in kept.entries],

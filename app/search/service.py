@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -30,10 +31,12 @@ from app.jobs import repository as jobs
 from app.kit import tags as tagrules
 from app.kit.ids import InvalidId, glob_regex, is_system_id, normalize_id
 from app.kit.timeutil import parse_when
+from app.logs import log_failure
 from app.notes import repository as notes
 from app.notes.repository import vectors
 from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
+from app.providers.errors import ProviderError
 from app.request_vars import timed
 from app.search import ranking
 from app.search import repository as repo
@@ -44,6 +47,8 @@ from app.tenants import repository as projects
 
 DEFAULT_HALF_LIFE_DAYS = 30.0
 BIG_FOR = 300.0  # seconds a project counted as big is taken as big without counting
+
+log = logging.getLogger("keepmem.search")
 
 # (tenant, project, model) -> when it was last counted as big (this process).
 _big_since: LRU[tuple[uuid.UUID, uuid.UUID, str], float] = LRU(10_000)
@@ -78,6 +83,9 @@ class SearchResult:
     deep_groups: list[tuple[str, list[tuple[ItemView, float]]]] = field(default_factory=list)
     # With explain: one per item, in order (the bias applied last).
     explained: list[tuple[ranking.Explained, float]] | None = None
+    # Set when the find answered with less than it was asked for (the
+    # embedder down: a hybrid find from its full-text stage alone).
+    warning: str | None = None
 
 
 DEEP_FROM = 10  # top results whose edges deep find follows
@@ -185,6 +193,7 @@ async def find(
         mode=run.mode,
         deep_groups=groups,
         explained=why,
+        warning=run.warning,
     )
 
 
@@ -269,6 +278,7 @@ class _Run:
     stages: str  # the stages whose scores blend: hybrid | vector | text
     question: ranking.Question = field(default_factory=ranking.Question)
     anchor: str = ""  # similar_to, normalized
+    warning: str | None = None  # what the find could not do (SearchResult.warning)
 
 
 async def _similar(
@@ -330,12 +340,21 @@ async def _stages(
         if embedding is not None:
             embedding.cancel()
         raise
-    used_vector = None
+    used_vector, warning = None, None
     if embedding is not None:
-        used_vector = await _vector_stage(session, scope, data, opened, found, embedding)
+        try:
+            used_vector = await _vector_stage(session, scope, data, opened, found, embedding)
+        except ProviderError as exc:
+            if data.stages != "hybrid":
+                raise  # a vector-only find has nothing else to answer with: 503
+            # A hybrid find still has its full-text stage: answer from it.
+            log_failure(log, "query embedding failed; find answered from full text", exc)
+            warning = "embedding provider unavailable: results are from the full-text stage only"
     stages = data.stages if used_vector is not None else "text"
     mode = {"hybrid": "hybrid" if used_vector is not None else "text"}.get(data.stages, data.stages)
-    return _Run(found, opened.filters, used_vector, mode, stages, question=question)
+    return _Run(
+        found, opened.filters, used_vector, mode, stages, question=question, warning=warning
+    )
 
 
 async def _vector_stage(
