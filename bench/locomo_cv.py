@@ -1,0 +1,152 @@
+"""Does find's ranking generalise? Leave-one-conversation-out, offline.
+
+    .venv/bin/python -m bench.locomo_cv [--grid small|none]
+
+Uses ``bench/locomo_ablation.py``'s in-process rebuild of find (PostgreSQL's
+own text search, BM25 as the service computes it, the same MiniLM vectors,
+``app.search.ranking`` itself). Three reports:
+
+1. **Out-of-fold figures.** For each conversation of the shared half: choose
+   the ranking's weights on the other four (the best mean nDCG@10 over a
+   small grid), score the held-out one with them; the headline is the mean
+   of the held-out scores, beside the shipped defaults and ``stages: "text"``
+   on the same fold. A weight that wins in-sample and loses out-of-fold
+   shows here.
+2. **The stream variant**: the same turns as one unrelated stream — shuffled
+   into one order, all written at one moment — so a note's timeline
+   neighbours and episode are unrelated to it. Served order (the full
+   ranking) against fusion only (the stage blend, no context bonuses) and
+   text only, questions limited to their own conversation as before.
+3. Both for the shipped weights, so a change to ``ranking.py`` can be read
+   against the table in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.common import machine
+from bench.locomo_ablation import Corpus, find, weights
+from bench.locomo_data import metrics
+
+#: The knobs chosen per fold, and the values tried (the shipped ones included).
+GRID: dict[str, list[float]] = {
+    "TEXT_SHARE": [0.3, 0.5, 0.7],
+    "NEIGHBOUR_WEIGHT": [0.0, 0.25, 0.5],
+    "EPISODE_WEIGHT": [0.0, 0.15, 0.3],
+}
+NO_CONTEXT = {"NEIGHBOUR_WEIGHT": 0, "EPISODE_WEIGHT": 0, "DATE_WEIGHT": 0, "TAG_WEIGHT": 0}
+Scores = dict[int, tuple[float, float, float]]  # question -> recall@5, recall@10, nDCG@10
+
+
+def _scores(corpus: Corpus, questions: list[int], stages: str = "hybrid") -> Scores:
+    return {
+        q: metrics(find(corpus, q, stages), corpus.questions[q][1]["evidence"]) for q in questions
+    }
+
+
+def _mean(scores: Scores, questions: list[int]) -> tuple[float, float, float]:
+    n = max(len(questions), 1)
+    return (
+        sum(scores[q][0] for q in questions) / n,
+        sum(scores[q][1] for q in questions) / n,
+        sum(scores[q][2] for q in questions) / n,
+    )
+
+
+def _configs(grid: dict[str, list[float]]) -> Iterator[dict[str, float]]:
+    names = list(grid)
+    for values in itertools.product(*(grid[n] for n in names)):
+        yield dict(zip(names, values, strict=True))
+
+
+def _fmt(m: tuple[float, float, float]) -> str:
+    return f"{m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f}"
+
+
+def cross_validate(corpus: Corpus, grid: dict[str, list[float]]) -> None:
+    projects = sorted({p for p, _ in corpus.questions})
+    of = {p: [q for q, (pp, _) in enumerate(corpus.questions) if pp == p] for p in projects}
+    everything = [q for qs in of.values() for q in qs]
+    configs = list(_configs(grid)) or [{}]
+    by_config: list[Scores] = []
+    for config in configs:
+        with weights(**config):
+            by_config.append(_scores(corpus, everything))
+    shipped = _scores(corpus, everything)
+    text = _scores(corpus, everything, "text")
+    print("Leave-one-conversation-out (choose on four by mean nDCG@10, score the fifth):\n")
+    print(
+        "| held out | chosen | out-of-fold r@5 | r@10 | nDCG@10 | shipped r@5 | r@10 | nDCG@10 "
+        "| text r@5 | r@10 | nDCG@10 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    oof: Scores = {}
+    for held in projects:
+        train = [q for p in projects if p != held for q in of[p]]
+        best = max(range(len(configs)), key=lambda i: _mean(by_config[i], train)[2])
+        for q in of[held]:
+            oof[q] = by_config[best][q]
+        chosen = ", ".join(f"{k.split('_')[0].lower()} {v:g}" for k, v in configs[best].items())
+        print(
+            f"| {held} | {chosen or 'shipped'} | {_fmt(_mean(oof, of[held]))} | "
+            f"{_fmt(_mean(shipped, of[held]))} | {_fmt(_mean(text, of[held]))} |"
+        )
+    print(
+        f"| **all** | | {_fmt(_mean(oof, everything))} | {_fmt(_mean(shipped, everything))} | "
+        f"{_fmt(_mean(text, everything))} |\n"
+    )
+
+
+def as_stream(corpus: Corpus, *, seed: int = 30) -> Corpus:
+    """The same notes as one unrelated stream: shuffled within each project,
+    all written at one moment; the timeline follows the shuffled order."""
+    stream = Corpus.__new__(Corpus)
+    stream.__dict__.update(corpus.__dict__)
+    moment = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    stream.docs = [replace(d, created_at=moment) for d in corpus.docs]
+    stream.prev, stream.next = {}, {}
+    rng = random.Random(seed)
+    for idx in corpus.by_project.values():
+        line = list(idx)
+        rng.shuffle(line)
+        for a, b in itertools.pairwise(line):
+            stream.next[a], stream.prev[b] = b, a
+    return stream
+
+
+def stream_report(corpus: Corpus) -> None:
+    stream = as_stream(corpus)
+    everything = list(range(len(corpus.questions)))
+    served = _scores(stream, everything)
+    with weights(**NO_CONTEXT):
+        fusion = _scores(stream, everything)
+    text = _scores(stream, everything, "text")
+    print("Stream variant (shuffled, one moment; questions within their conversation):\n")
+    print("| order | recall@5 | recall@10 | nDCG@10 |")
+    print("|---|---|---|---|")
+    rows = (("served (full ranking)", served), ("fusion only", fusion), ("text only", text))
+    for name, s in rows:
+        print(f"| {name} | {_fmt(_mean(s, everything))} |")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--grid", choices=["small", "none"], default="small")
+    args = parser.parse_args()
+    grid: dict[str, Any] = GRID if args.grid == "small" else {}
+    print(f"machine: {machine()}\n")
+    corpus = Corpus()
+    cross_validate(corpus, grid)
+    stream_report(corpus)
+
+
+if __name__ == "__main__":
+    main()
