@@ -156,6 +156,12 @@ class McpEndpoint:
             except InvalidId as exc:
                 await _refuse(send, BadRequest(str(exc)), request_id)
                 return
+        if method == "POST":
+            body = await _whole_body(receive)
+            if (problem := _not_jsonrpc(body)) is not None:
+                await _jsonrpc_refusal(send, problem)
+                return
+            receive = _replay(body)
         if method == "GET":
             try:
                 scope["app"].state.streams.take(tenant_id)
@@ -173,13 +179,6 @@ class McpEndpoint:
             headers={tokens.TENANT_HEADER: tenant_header} if tenant_header else None,
             transport=httpx.ASGITransport(app=self.app, root_path=scope.get("root_path", "")),
         )
-        if method == "POST":
-            body = await _whole_body(receive)
-            if (problem := _not_jsonrpc(body)) is not None:
-                await _jsonrpc_refusal(send, problem)
-                await client.aclose()
-                return
-            receive = _replay(body)
         token = _client.set(client)
         try:
             if method == "GET":

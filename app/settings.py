@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -280,10 +280,12 @@ class Settings(BaseSettings):
     )
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
 
-    @field_validator("fetch_allow_networks")
+    @field_validator("fetch_allow_networks", "trusted_proxies")
     @classmethod
-    def _networks_are_cidrs(cls, value: list[str]) -> list[str]:
+    def _networks_are_cidrs(cls, value: list[str], info: ValidationInfo) -> list[str]:
         for network in value:
+            if network == "*" and info.field_name == "trusted_proxies":
+                continue  # every peer: for a proxy that hides its own address
             ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
         return value
 
@@ -295,14 +297,6 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @field_validator("trusted_proxies")
-    @classmethod
-    def _proxies_are_addresses(cls, value: list[str]) -> list[str]:
-        for proxy in value:
-            if proxy != "*":
-                ipaddress.ip_network(proxy, strict=False)  # ValueError names the bad one
         return value
 
     @model_validator(mode="after")

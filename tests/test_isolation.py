@@ -14,10 +14,8 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,7 +38,7 @@ from app.providers.child import ChildTimeout
 from app.providers.graph import spacy_ner
 from app.settings import Settings
 from tests.conftest import SECRET, FreshDatabase, Stack
-from tests.test_worker_process import wait_for
+from tests.test_worker_process import Workers, wait_for
 
 log = logging.getLogger("keepmem.test-isolation")
 
@@ -80,24 +78,15 @@ async def env(fresh_database: FreshDatabase, stack: Stack) -> AsyncIterator[Env]
     async with tenancy.system_transaction(db) as s:
         for name in ("a", "b"):
             keys.append((await tenants.create_tenant(s, name=name, server_secret=SECRET)).key)
-    workers: list[subprocess.Popen[bytes]] = []
-
-    def start_worker(**extra: str) -> subprocess.Popen[bytes]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-        env.update(
-            {
-                "KEEPMEM_DATABASE_URL": fresh_database.app_url,
-                "KEEPMEM_REDIS_URL": stack.redis.url,
-                "KEEPMEM_QUEUE_NAME": queue,
-                "KEEPMEM_SECRET_KEY": SECRET,
-                "KEEPMEM_FETCH_ALLOW_NETWORKS": json.dumps(local),
-                "KEEPMEM_DISPATCH_POLL_SECONDS": "0.1",
-                **extra,
-            }
-        )
-        proc = subprocess.Popen([sys.executable, "-m", "worker"], env=env)
-        workers.append(proc)
-        return proc
+    workers = Workers(
+        {
+            "KEEPMEM_DATABASE_URL": fresh_database.app_url,
+            "KEEPMEM_REDIS_URL": stack.redis.url,
+            "KEEPMEM_QUEUE_NAME": queue,
+            "KEEPMEM_SECRET_KEY": SECRET,
+            "KEEPMEM_FETCH_ALLOW_NETWORKS": json.dumps(local),
+        }
+    )
 
     app = create_app(settings, db=db)
     async with app.router.lifespan_context(app):
@@ -108,15 +97,9 @@ async def env(fresh_database: FreshDatabase, stack: Stack) -> AsyncIterator[Env]
                 db,
                 {"Authorization": f"Bearer {keys[0].secret}"},
                 {"Authorization": f"Bearer {keys[1].secret}"},
-                start_worker,
+                workers.start,
             )
-    for proc in workers:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    workers.stop()
     await db.dispose()
 
 

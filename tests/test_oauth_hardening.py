@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -27,6 +26,7 @@ from app.main import create_app
 from app.oauth.keyring import Keyring
 from tests.conftest import SECRET, serving
 from tests.test_oauth import REDIRECT, _authorize_url, _Form, _pkce, consent
+from tests.test_oauth_issuers import ISSUER, _idp_key, _token
 
 EVIL = "http://evil.example/"
 
@@ -195,17 +195,9 @@ def test_tokens_name_the_public_url_when_one_is_set(settings, tenant) -> None:
 
 # -- 3. trusted issuers: per tenant, no oracle, tokens name their tenant ---------------
 
-ISSUER = "https://sso.example.org"
-
-
-def _idp_key(kid: str = "sso-1") -> RSAKey:
-    return RSAKey.generate_key(2048, parameters={"kid": kid, "alg": "RS256"}, private=True)
-
 
 def _idp_token(key: RSAKey, audience: str, **claims: Any) -> str:
-    now = int(time.time())
-    body = {"iss": ISSUER, "sub": "u-1", "aud": audience, "iat": now, "exp": now + 300}
-    return jwt.encode({"alg": "RS256", "kid": key.kid}, {**body, **claims}, KeySet([key]))
+    return _token(key, aud=audience, **claims)
 
 
 async def _trust(client, tenant, audience: str, key: RSAKey) -> httpx.Response:
@@ -225,7 +217,7 @@ async def test_two_tenants_trust_one_issuer_and_tokens_name_their_tenant(
     client, make_tenant
 ) -> None:
     a, b, c = await make_tenant(), await make_tenant(), await make_tenant()
-    key, squatter_key = _idp_key(), _idp_key("sso-2")
+    key, squatter_key = _idp_key(), _idp_key("idp-2")
     audience = f"keepmem-{uuid.uuid4().hex[:8]}"
     first = await _trust(client, a, audience, key)
     assert first.status_code == 201, first.text

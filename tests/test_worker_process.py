@@ -32,6 +32,32 @@ LONG = (
 ) * 5
 
 
+class Workers:
+    """Worker processes (``python -m worker``) with ``env`` (the test's own
+    database, Redis and queue) over no ``KEEPMEM_*`` of the parent's; every
+    one still running is stopped (SIGTERM, then killed) by ``stop``."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = {"KEEPMEM_DISPATCH_POLL_SECONDS": "0.1", **env}
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, **extra: str) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
+        env.update({**self.env, **extra})
+        proc = subprocess.Popen([sys.executable, "-m", "worker"], env=env)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
 @dataclass
 class Env:
     settings: Settings
@@ -54,22 +80,13 @@ async def env(fresh_database: FreshDatabase, stack: Stack) -> AsyncIterator[Env]
     db = Database.from_settings(settings)
     async with tenancy.system_transaction(db) as s:
         new = await tenants.create_tenant(s, name="w", server_secret=SECRET)
-    workers: list[subprocess.Popen[bytes]] = []
-
-    def start_worker(**extra: str) -> subprocess.Popen[bytes]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-        env.update(
-            {
-                "KEEPMEM_DATABASE_URL": fresh_database.app_url,
-                "KEEPMEM_REDIS_URL": stack.redis.url,
-                "KEEPMEM_QUEUE_NAME": queue,
-                "KEEPMEM_DISPATCH_POLL_SECONDS": "0.1",
-                **extra,
-            }
-        )
-        proc = subprocess.Popen([sys.executable, "-m", "worker"], env=env)
-        workers.append(proc)
-        return proc
+    workers = Workers(
+        {
+            "KEEPMEM_DATABASE_URL": fresh_database.app_url,
+            "KEEPMEM_REDIS_URL": stack.redis.url,
+            "KEEPMEM_QUEUE_NAME": queue,
+        }
+    )
 
     app = create_app(settings, db=db)
     async with app.router.lifespan_context(app):
@@ -81,15 +98,9 @@ async def env(fresh_database: FreshDatabase, stack: Stack) -> AsyncIterator[Env]
                 client,
                 {"Authorization": f"Bearer {new.key.secret}"},
                 new.tenant.id,
-                start_worker,
+                workers.start,
             )
-    for proc in workers:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    workers.stop(timeout=20)
     await db.dispose()
 
 
