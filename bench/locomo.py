@@ -9,13 +9,32 @@ of the evidence turns, for hybrid vs vector-only vs full-text-only, with and
 without recency decay. Then, in the same run, keep's own local store on the
 same data and embedding model (bench/keep_local.py, in keep's virtualenv at
 ``$KEEP_PYTHON``; skipped with a message when that is missing).
+
+    .venv/bin/python -m bench.locomo --stream
+
+The stream variant, over HTTP: every turn in one project, in a shuffled
+order, all written at one moment, with ids that do not reveal the order
+(``t-`` + a hash of conversation and dia_id), tagged with speaker, session
+and conversation; each question is a find limited to its conversation by
+the tag filter (limit 50, ``explain: true``). Scored for the served order
+(the first 10), fusion only (those 50 re-sorted by ``explain.relevance``;
+the same call, so the same latency) and ``stages: "text"`` (a call of its
+own, limit 10). Twice: the tagged stream, and an untagged one (conversation
+tag only: an outside evaluator may drop the others), each its own project.
+
+    .venv/bin/python -m bench.locomo --cv [--grid small|none]
+
+The offline leave-one-conversation-out report of bench/locomo_cv.py (the
+arguments after ``--cv`` go to it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -150,6 +169,112 @@ def wait_idle(stack, timeout: float = 1800) -> None:
     raise RuntimeError(f"jobs still open after {timeout} s")
 
 
+STREAM_MOMENT = "2026-03-10T12:00:00+00:00"
+STREAM_SEED = 31
+
+
+def stream_notes(tagged: bool) -> tuple[list[dict], list[tuple[str, dict]], dict[str, str]]:
+    """load()'s turns as one shuffled stream written at one moment: the notes
+    (in put order), the questions (conversation, qa), and note id -> dia_id."""
+    turns, questions = load()
+    rng = random.Random(STREAM_SEED)
+    rng.shuffle(turns)
+    notes, back = [], {}
+    for conv, turn in turns:
+        note_id = "t-" + hashlib.sha1(f"{conv}/{turn['id']}".encode()).hexdigest()[:12]
+        back[note_id] = turn["id"]
+        tags = {**turn["tags"], "conversation": conv} if tagged else {"conversation": conv}
+        notes.append(
+            {"id": note_id, "content": turn["content"], "tags": tags, "created_at": STREAM_MOMENT}
+        )
+    return notes, questions, back
+
+
+async def put_stream(url: str, key: str, project: str, notes: list[dict]) -> None:
+    """In batches of 100, one after another: stored in the order given."""
+    headers = {"Authorization": f"Bearer {key}", "X-Project": project}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for i in range(0, len(notes), 100):
+            r = await client.post(
+                "/v1/notes/batch", json={"notes": notes[i : i + 100]}, headers=headers
+            )
+            r.raise_for_status()
+            assert r.json()["failed"] == 0, r.text
+
+
+async def evaluate_stream(
+    url: str, key: str, project: str, questions, back: dict[str, str], label: str
+) -> dict[str, dict]:
+    """Served, fusion-only and text-only scores of every question, each asked
+    within its own conversation."""
+    names = [f"{label}: served", f"{label}: fusion only", f"{label}: text only"]
+    rows: dict[str, list] = {n: [] for n in names}
+    latencies: dict[str, list[float]] = {n: [] for n in names}
+    headers = {"Authorization": f"Bearer {key}", "X-Project": project}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        for conv, qa in questions:
+            asked = {"query": qa["question"], "tags": {"conversation": conv}}
+            t = time.perf_counter()
+            r = await client.post(
+                "/v1/search", json={**asked, "limit": 50, "explain": True}, headers=headers
+            )
+            ms = (time.perf_counter() - t) * 1000
+            r.raise_for_status()
+            served = r.json()["notes"]
+            fused = sorted(served, key=lambda n: -n["explain"]["relevance"])
+            t = time.perf_counter()
+            r = await client.post(
+                "/v1/search", json={**asked, "limit": 10, "stages": "text"}, headers=headers
+            )
+            text_ms = (time.perf_counter() - t) * 1000
+            r.raise_for_status()
+            for name, found, took in zip(
+                names, (served, fused, r.json()["notes"]), (ms, ms, text_ms), strict=True
+            ):
+                dia = [back.get(n["id"], n["id"]) for n in found[:10]]
+                rows[name].append((conv, qa.get("category", 0), metrics(dia, qa["evidence"])))
+                latencies[name].append(took)
+    return {name: score(rows[name], latencies[name]) for name in names}
+
+
+def stream_main() -> None:
+    """--stream: the tagged and the untagged stream, each in its own project."""
+    variants = {"tagged stream": stream_notes(True), "untagged stream": stream_notes(False)}
+    with running_stack() as stack:
+        url = stack.start_api()
+        _, key = stack.tenant_key()
+        stack.start_worker()
+        t = time.perf_counter()
+        for label, (notes, _, _) in variants.items():
+            asyncio.run(put_stream(url, key, label.replace(" ", "-"), notes))
+        total = sum(len(v[0]) for v in variants.values())
+        wait_embedded(stack, "t-", total)
+        ingest = time.perf_counter() - t
+        wait_idle(stack)  # see main()
+        stack.sql("ANALYZE")
+        results: dict[str, dict] = {}
+        for label, (_, questions, back) in variants.items():
+            project = label.replace(" ", "-")
+            asyncio.run(evaluate_stream(url, key, project, questions[:50], back, label))  # warm-up
+            results |= asyncio.run(evaluate_stream(url, key, project, questions, back, label))
+    notes, questions, _ = variants["tagged stream"]
+    _print_run(len(notes), len(questions), ingest, total / ingest, results)
+
+
+def _print_run(notes: int, questions: int, ingest: float, rate: float, results: dict) -> None:
+    """One run's figures as JSON, then as Markdown tables."""
+    record = {
+        "machine": machine(),
+        "notes": notes,
+        "questions": questions,
+        "ingest_s": ingest,
+        "put_per_s": rate,
+        "results": results,
+    }
+    print(json.dumps(record, indent=2))
+    print("\n" + tables(results))
+
+
 KEEP_PYTHON = Path(
     os.environ.get(
         "KEEP_PYTHON", Path.home() / ".cache" / "keepmem-bench" / "keep-venv" / "bin" / "python"
@@ -185,7 +310,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", help="run only configurations whose name contains this")
     parser.add_argument("--no-keep", action="store_true", help="skip keep's local store")
+    parser.add_argument("--stream", action="store_true", help="the stream variant instead")
+    parser.add_argument(
+        "--cv",
+        action="store_true",
+        help="bench/locomo_cv.py's offline report instead (the other arguments go to it)",
+    )
+    if "--cv" in sys.argv[1:]:  # before parsing: its arguments (and --help) are locomo_cv's
+        from bench import locomo_cv
+
+        sys.argv = [f"{sys.argv[0]} --cv", *(a for a in sys.argv[1:] if a != "--cv")]
+        locomo_cv.main()
+        return
     args = parser.parse_args()
+    if args.stream:
+        stream_main()
+        return
     configs = [c for c in CONFIGS if not args.only or args.only in c[0]]
     notes, questions = load()
     with running_stack() as stack:
@@ -211,20 +351,7 @@ def main() -> None:
     keep = None if args.no_keep else keep_local()
     if keep is not None:
         results[f"keep-skill {keep['keep_version']} local store (its find)"] = keep
-    print(
-        json.dumps(
-            {
-                "machine": machine(),
-                "notes": len(notes),
-                "questions": len(questions),
-                "ingest_s": ingest,
-                "put_per_s": len(notes) / ingest,
-                "results": results,
-            },
-            indent=2,
-        )
-    )
-    print("\n" + tables(results))
+    _print_run(len(notes), len(questions), ingest, len(notes) / ingest, results)
     print(f"\nkeepmem ingest (put -> embedded): {len(notes) / ingest:.1f} notes/s")
     if keep is not None:
         print(

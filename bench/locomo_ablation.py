@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from app.search import ranking
-from app.search.ranking import Candidate, Key
+from app.search.ranking import Candidate, Key, natural_key
 from bench.locomo import CATEGORIES
 from bench.locomo_data import load, metrics
 
@@ -45,14 +45,7 @@ class Doc:
     created_at: datetime
     terms: dict[str, int]  # lexeme -> frequency
     length: int  # distinct lexemes, as length(tsvector)
-    tags: frozenset[str]  # tag values, case-folded
-
-
-def natural_key(note_id: str) -> str:
-    """keepmem_natural_key (migration 0010) in Python."""
-    return re.sub(
-        r"\d+", lambda m: m.group().zfill(20) if len(m.group()) < 20 else m.group(), note_id
-    )
+    tags: frozenset[str]  # key=value tag terms, case-folded
 
 
 def _parse(tsvector: str) -> dict[str, int]:
@@ -96,10 +89,16 @@ async def _words(notes: list, questions: list) -> tuple[list[dict[str, int]], li
 
 
 class Corpus:
-    def __init__(self) -> None:
+    """Notes and questions with both stages' raw material: LoCoMo's by
+    default, or any ``(project, note)`` / ``(project, {"question",
+    "evidence"})`` lists in its shape (notes: id, content, tags, created_at)."""
+
+    def __init__(self, notes: list | None = None, questions: list | None = None) -> None:
         from app.providers.embedding.minilm import MiniLMEncoder
 
-        self.notes, self.questions = load()
+        if notes is None or questions is None:
+            notes, questions = load()
+        self.notes, self.questions = notes, questions
         terms, self.lexemes = asyncio.run(_words(self.notes, self.questions))
         self.docs = [
             Doc(
@@ -108,7 +107,7 @@ class Corpus:
                 datetime.fromisoformat(n["created_at"]).replace(tzinfo=UTC),
                 t,
                 len(t),
-                frozenset(v.casefold() for v in n["tags"].values()),
+                frozenset(f"{k}={v}".casefold() for k, v in n["tags"].items()),
             )
             for (p, n), t in zip(self.notes, terms, strict=True)
         ]
@@ -137,10 +136,18 @@ class Corpus:
                 if self.docs[b].created_at - self.docs[a].created_at <= ranking.EPISODE_GAP:
                     self.next[a], self.prev[b] = b, a
 
+    def idf(self, q: int) -> dict[str, float]:
+        project = self.questions[q][0]
+        df, n = self.df[project], len(self.by_project[project])
+        return {t: max(math.log((n - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) for t in self.lexemes[q]}
+
+    def full_match(self, q: int) -> float:
+        """BM25 of a note of average length holding each question word once."""
+        return sum(self.idf(q).values())
+
     def bm25(self, q: int) -> dict[int, float]:
         project = self.questions[q][0]
-        idx, df, n = self.by_project[project], self.df[project], len(self.by_project[project])
-        idf = {t: max(math.log((n - df[t] + 0.5) / (df[t] + 0.5)), 1e-6) for t in self.lexemes[q]}
+        idx, idf = self.by_project[project], self.idf(q)
         out = {}
         for i in idx:
             d = self.docs[i]
@@ -192,7 +199,8 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
         c = candidate(i, i in text_hits)
         found[c.key] = c
     index = {docs[i].id: i for i in pool}
-    base = ranking.relevance(found.values(), stages)
+    full = corpus.full_match(q) if stages != "vector" else 0.0
+    base = ranking.relevance(found.values(), stages, full_match=full)
     best = sorted(base, key=lambda k: -base[k])[: ranking.CONTEXT_FROM]
     neighbours: dict[str, tuple[str | None, str | None]] = {}
     for key in best:
@@ -208,7 +216,7 @@ def find(corpus: Corpus, q: int, stages: str = "hybrid", rrf: bool = False) -> l
         )
     final = ranking.rank(
         found,
-        ranking.relevance(found.values(), stages),
+        ranking.relevance(found.values(), stages, full_match=full),
         neighbours=neighbours,
         question=ranking.Question.read(corpus.questions[q][1]["question"]),
         half_life_days=30.0,

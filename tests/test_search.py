@@ -346,12 +346,18 @@ async def test_explain_accounts_for_every_score(client, tenant, make_pipeline) -
         id="may",
         content="Melanie ran a charity race for mental health.",
         created_at="2023-05-08T10:00:00",
-        tags={"speaker": "Melanie"},
+        tags={"speaker": "Melanie", "session": "s1"},
     )
-    await put(client, tenant, id="next", content="Caroline cheered from the side.",
-              created_at="2023-05-08T10:01:00")  # fmt: skip
-    await put(client, tenant, id="other", content="A recipe for lemon cake.",
-              created_at="2024-01-01T00:00:00")  # fmt: skip
+    await put(client, tenant, id="next", content="Caroline cheered Melanie from the side.",
+              created_at="2023-05-08T10:01:00", tags={"session": "s1"})  # fmt: skip
+    # the rest of both sessions: enough turns side by side for the session
+    # tag to show it groups them (one pair alone could be chance)
+    for n, content in enumerate(("They got coffee after.", "It rained all day.")):
+        await put(client, tenant, id=f"s1-{n}", content=content,
+                  created_at=f"2023-05-08T10:0{n + 2}:00", tags={"session": "s1"})  # fmt: skip
+    for n, content in enumerate(("A recipe for lemon cake.", "Bake for forty minutes.")):
+        await put(client, tenant, id=("other", "bake")[n], content=content,
+                  created_at=f"2024-01-01T00:0{n}:00", tags={"session": "s2"})  # fmt: skip
     await run_all(make_pipeline(), client, tenant)
     plain = await find(client, tenant, query="charity race")
     assert all("explain" not in n for n in plain["notes"])  # only when asked
@@ -362,13 +368,19 @@ async def test_explain_accounts_for_every_score(client, tenant, make_pipeline) -
     for note in body["notes"]:
         _adds_up(note)
         why = note["explain"]
-        assert why["relevance"] == pytest.approx(0.3 * why["text"] + 0.7 * why["vector"], abs=1e-5)
+        share = ranking.TEXT_SHARE
+        meaning = min(max(why["vector"] / ranking.FLOOR, 0.0), 1.0)
+        assert why["relevance"] == pytest.approx(
+            share * why["text"] * meaning + (1 - share) * why["vector"], abs=1e-5
+        )
     may = by_id["may"]["explain"]
     assert may["date"] == ranking.DATE_WEIGHT and may["tag"] == ranking.TAG_WEIGHT
-    assert may["text"] == 1.0 and may["bm25"] > 0 and may["vector"] > 0.2
-    # the turn after the match is lifted by its neighbour, and dated too
+    # its share of the question's words: the best here, not a full match
+    assert 0 < may["text"] < 1.0 and may["bm25"] > 0 and may["vector"] > 0.2
+    assert may["text"] == max(n["explain"]["text"] for n in body["notes"])
+    # the turn after the match (the same session) is lifted by its neighbour, and dated too
     nxt = by_id["next"]["explain"]
-    assert nxt["neighbour"] > 0 and nxt["date"] == ranking.DATE_WEIGHT and nxt["bm25"] is None
+    assert nxt["neighbour"] > 0 and nxt["date"] == ranking.DATE_WEIGHT
     assert "other" not in by_id or by_id["other"]["explain"]["date"] == 0
 
     # one stage alone is its own relevance; bias is applied last

@@ -60,12 +60,12 @@ class Hit:
     score: float  # cosine similarity, or full-text rank
     updated_at: datetime
     created_at: datetime
-    tags: frozenset[str] = frozenset()  # the note's tag values (case-folded)
+    tags: frozenset[str] = frozenset()  # the note's tags as key=value terms (case-folded)
 
 
-def tag_values(index: Sequence[str] | None) -> frozenset[str]:
-    """Tag values from a note's ``tag_index`` (``key=value`` terms)."""
-    return frozenset(t.split("=", 1)[1] for t in index or () if "=" in t)
+def key_value_terms(index: Sequence[str] | None) -> frozenset[str]:
+    """The ``key=value`` terms of a note's ``tag_index`` (not its bare keys)."""
+    return frozenset(t for t in index or () if "=" in t)
 
 
 def note_filters(scope: Scope, f: Filters) -> list[Any]:
@@ -250,7 +250,7 @@ async def semantic(
     near: dict[Key, float] = {}
     for r in await session.execute(stmt):
         if r[0]:
-            hits.append(Hit(r[1], r[2], r[3], 1.0 - float(r[4]), r[5], r[6], tag_values(r[7])))
+            hits.append(Hit(r[1], r[2], r[3], 1.0 - float(r[4]), r[5], r[6], key_value_terms(r[7])))
         else:
             near[(r[1], r[2], r[3])] = 1.0 - float(r[4])
     wanted = set(cosines_of)
@@ -328,8 +328,8 @@ async def neighbours(
     stmt = neighbours_query(scope, note_ids, filters=filters, gap=gap, vector=vector, model=model)
     for r in await session.execute(stmt):
         out[r[0]] = (
-            Neighbour(r[1], r[2], r[3], tag_values(r[4]), r[5]) if r[1] is not None else None,
-            Neighbour(r[6], r[7], r[8], tag_values(r[9]), r[10]) if r[6] is not None else None,
+            Neighbour(r[1], r[2], r[3], key_value_terms(r[4]), r[5]) if r[1] is not None else None,
+            Neighbour(r[6], r[7], r[8], key_value_terms(r[9]), r[10]) if r[6] is not None else None,
         )
     return out
 

@@ -75,19 +75,39 @@ class SearchRequest(BaseModel):
 
 class Explanation(BaseModel):
     """One result's score, stage by stage. ``score`` = min(1, (relevance +
-    neighbour + episode + date + tag + recency) / scale x bias)."""
+    neighbour + episode + date + tag + recency) / scale x bias). The four
+    context bonuses count only as far as the note itself matches: fully with a
+    word in common with the question, else from nothing at cosine 0.1 to all
+    at 0.2."""
 
     vector: float | None = Field(
         description="Cosine similarity to the question (or the similar_to note); "
         "null when the vector stage did not run, 0 when the note is not embedded yet."
     )
-    text: float = Field(description="Full-text score over the best full-text score (0-1).")
+    text: float = Field(
+        description="Its share of the question's words (0-1): BM25 over what a note holding "
+        "each searched word once scores, or over the best BM25 of the find when higher."
+    )
     bm25: float | None = Field(description="Raw BM25 score; null if full text did not find it.")
-    relevance: float = Field(description="Fusion of the stages: 0.3 x text + 0.7 x vector.")
-    neighbour: float = Field(description="Bonus from its best timeline neighbour.")
-    episode: float = Field(description="Bonus from the best match within an hour of it.")
+    relevance: float = Field(
+        description="Fusion of the stages: 0.4 x text x min(1, vector / 0.1) + 0.6 x vector "
+        "(a word in common counts as far as the note is close in meaning); one stage alone: "
+        "its own score."
+    )
+    neighbour: float = Field(
+        description="Bonus from a timeline neighbour, weighed by the evidence that the two "
+        "belong together (a tag whose value neighbours share more often than chance, such as "
+        "a session or thread; a tag naming the other note): 0 without such evidence."
+    )
+    episode: float = Field(
+        description="Bonus from the best match of its episode (within an hour of it, weighed "
+        "by how few candidates that window holds; or sharing a grouping tag's value)."
+    )
     date: float = Field(description="Bonus: created on a date the question names.")
-    tag: float = Field(description="Bonus: the question names one of its tag values.")
+    tag: float = Field(
+        description="Bonus: the question names one of its tag values (for a note that context "
+        "lifts)."
+    )
     recency: float = Field(description="Recency bonus (half-life as asked).")
     scale: float = Field(description="What the sum is divided by (a lone perfect match's sum).")
     bias: float = Field(description="The bias weight applied last (1: none).")
@@ -95,7 +115,12 @@ class Explanation(BaseModel):
 
 
 class ScoredNote(NoteOut):
-    score: float
+    score: float = Field(
+        description="How well the note answers the question, 0-1: 1 is a lone perfect match "
+        "(all the words, the same meaning); a note with no word in common and a cosine below "
+        "0.1 scores under 0.07 (before any bias), whatever its time or tags. Comparable within one "
+        "find."
+    )
     explain: Explanation | None = Field(default=None, description="With explain: true.")
 
 

@@ -119,17 +119,12 @@ def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> No
 
 
 async def _timeline(
-    session: AsyncSession,
-    scope: Scope,
-    found: dict[Key, Candidate],
-    stages: str,
-    filters: repo.Filters,
-    vector: list[float] | None,
-    model: str,
+    session: AsyncSession, scope: Scope, run: _Run, model: str
 ) -> dict[str, tuple[str | None, str | None]]:
     """The timeline neighbours of the best candidate notes, which join the
     candidates (a neighbour is the context of a hit even if no stage found it)."""
-    base = ranking.relevance(found.values(), stages)
+    found, filters, vector = run.found, run.filters, run.vector
+    base = ranking.relevance(found.values(), run.stages, full_match=run.question.full_match)
     best = sorted((k for k in base if k[1] == "note"), key=lambda k: -base[k])
     around = await repo.neighbours(
         session,
@@ -151,6 +146,7 @@ async def _timeline(
                 )
                 if c.cosine is None and vector is not None:
                     c.cosine = n.cosine or 0.0  # 0: not embedded yet
+                    c.embedded = n.cosine is not None
         out[note_id] = (pair[0].id if pair[0] else None, pair[1].id if pair[1] else None)
     return out
 
@@ -173,9 +169,7 @@ async def find(
     neighbours: dict[str, tuple[str | None, str | None]] = {}
     if not data.similar_to:
         with timed("context"):
-            neighbours = await _timeline(
-                session, scope, run.found, run.stages, run.filters, run.vector, opened.model
-            )
+            neighbours = await _timeline(session, scope, run, opened.model)
     explained: dict[Key, ranking.Explained] | None = {} if data.explain else None
     top = _rank(data, run, neighbours, _half_life(data, opened.settings), explained)
     with timed("views"):
@@ -335,7 +329,8 @@ async def _stages(
                 stage = await _full_text(
                     session, scope, query, opened.kinds, opened.filters, data.limit
                 )
-            _gather(found, stage, "text")
+            _gather(found, stage.hits, "text")
+            question = dataclasses.replace(question, full_match=stage.full_match)
     except BaseException:
         if embedding is not None:
             embedding.cancel()
@@ -385,6 +380,7 @@ async def _vector_stage(
     for key, c in found.items():
         if c.cosine is None:
             c.cosine = near.get(key, 0.0)  # 0: not embedded yet
+            c.embedded = key in near
     return vector
 
 
@@ -405,7 +401,7 @@ def _rank(
     weight of 0 drops the note), best first, ``limit`` of them, scores as shown."""
     final = ranking.rank(
         run.found,
-        ranking.relevance(run.found.values(), run.stages),
+        ranking.relevance(run.found.values(), run.stages, full_match=run.question.full_match),
         neighbours=neighbours,
         question=run.question,
         half_life_days=half_life,
@@ -439,14 +435,13 @@ async def _full_text(
     kinds: list[str],
     filters: repo.Filters,
     limit: int,
-) -> list[repo.Hit]:
+) -> fulltext.Stage:
     terms = await fulltext.read_question(session, scope, query)
     if terms is None:
-        return []
-    stage = await fulltext.full_text(
+        return fulltext.Stage([])
+    return await fulltext.full_text(
         session, scope, terms, kinds=kinds, filters=filters, limit=max(limit * 10, 100)
     )
-    return stage.hits
 
 
 async def _deep(

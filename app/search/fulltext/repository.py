@@ -44,7 +44,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Note, NoteVersion, Part, Project, TermStat
-from app.search.repository import Filters, Hit, joins_note, note_filters, tag_values
+from app.search.repository import Filters, Hit, joins_note, key_value_terms, note_filters
 from app.tenancy import Scope
 
 FTS_CONFIG = "english"
@@ -81,6 +81,9 @@ class Stage:
     hits: list[Hit]
     scored: int = 0  # matches scored by BM25
     exact: bool = True  # every match was scored (none left out by the cap)
+    # BM25 of a note of average length holding each searched word once: what
+    # a full match scores (ranking reads a hit's share of the question from it)
+    full_match: float = 0.0
 
 
 _LEXEME = re.compile(r"'((?:[^']|'')*)'")
@@ -212,7 +215,8 @@ async def full_text(
     may_match = min(counts) if every else sum(counts)
     uncapped = exact or may_match <= FTS_CANDIDATES // 2
     hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, uncapped)
-    return Stage(hits, scored=n, exact=uncapped or n < FTS_CANDIDATES)
+    full_match = sum(terms.idf(x) for x in scored)  # tf 1, length avgdl: idf each
+    return Stage(hits, scored=n, exact=uncapped or n < FTS_CANDIDATES, full_match=full_match)
 
 
 async def _scored(
@@ -304,7 +308,7 @@ async def _scored(
         .limit(limit)
     )
     rows = (await session.execute(stmt)).all()
-    hits = [Hit(r[0], r[1], r[2], float(r[6]), r[3], r[4], tag_values(r[5])) for r in rows]
+    hits = [Hit(r[0], r[1], r[2], float(r[6]), r[3], r[4], key_value_terms(r[5])) for r in rows]
     return hits, int(rows[0][7]) if rows else 0
 
 
