@@ -136,6 +136,12 @@ class Corpus:
                 if self.docs[b].created_at - self.docs[a].created_at <= ranking.EPISODE_GAP:
                     self.next[a], self.prev[b] = b, a
 
+    def members(self, q: int) -> list[int]:
+        """The notes question q may find: its project's, or those its filter
+        keeps (``within``: a tag filter, as a find's ``tags``)."""
+        within: dict[int, list[int]] = getattr(self, "within", {})
+        return within.get(q) or self.by_project[self.questions[q][0]]
+
     def idf(self, q: int) -> dict[str, float]:
         project = self.questions[q][0]
         df, n = self.df[project], len(self.by_project[project])
@@ -147,7 +153,7 @@ class Corpus:
 
     def bm25(self, q: int) -> dict[int, float]:
         project = self.questions[q][0]
-        idx, idf = self.by_project[project], self.idf(q)
+        idx, idf = self.members(q), self.idf(q)
         out = {}
         for i in idx:
             d = self.docs[i]
@@ -158,7 +164,7 @@ class Corpus:
         return out
 
     def cosines(self, q: int) -> dict[int, float]:
-        idx = self.by_project[self.questions[q][0]]
+        idx = self.members(q)
         return dict(zip(idx, (self.nv[idx] @ self.qv[q]).tolist(), strict=True))
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -193,6 +194,47 @@ def as_stream(corpus: Corpus, *, seed: int = 30) -> Corpus:
     return stream
 
 
+def as_one_stream(corpus: Corpus, *, seed: int = 30) -> Corpus:
+    """Every conversation's turns in ONE project, shuffled together, one
+    moment, ids that hide the order, a ``conversation`` tag on each; a
+    question finds within its conversation (a tag filter): BM25's counts are
+    the whole project's, a note's timeline neighbours the nearest turns of
+    its conversation in the shuffled order (as bench/locomo.py --stream
+    stores it over HTTP)."""
+    stream = Corpus.__new__(Corpus)
+    stream.__dict__.update(corpus.__dict__)
+    moment = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    order = list(range(len(corpus.docs)))
+    random.Random(seed).shuffle(order)
+    name = {i: f"n{position}" for position, i in enumerate(order)}
+    stream.docs = [
+        replace(
+            d,
+            project="stream",
+            created_at=moment,
+            id=name[i],
+            tags=d.tags | {f"conversation={d.project}"},
+        )
+        for i, d in enumerate(corpus.docs)
+    ]
+    everything = list(range(len(corpus.docs)))
+    stream.by_project = {"stream": everything}
+    stream.df = {"stream": Counter(t for d in stream.docs for t in d.terms)}
+    stream.avgdl = {"stream": sum(d.length for d in stream.docs) / len(stream.docs)}
+    stream.prev, stream.next = {}, {}
+    for idx in corpus.by_project.values():
+        line = sorted(idx, key=order.index)
+        for a, b in itertools.pairwise(line):
+            stream.next[a], stream.prev[b] = b, a
+    renamed = {(d.project, d.id): name[i] for i, d in enumerate(corpus.docs)}
+    stream.questions = [
+        ("stream", {**qa, "evidence": [renamed.get((p, e), e) for e in qa["evidence"]]})
+        for p, qa in corpus.questions
+    ]
+    stream.within = {q: corpus.by_project[p] for q, (p, _) in enumerate(corpus.questions)}
+    return stream
+
+
 def untagged(corpus: Corpus) -> Corpus:
     """The same notes without their tags (no session, no speaker)."""
     bare = Corpus.__new__(Corpus)
@@ -202,8 +244,11 @@ def untagged(corpus: Corpus) -> Corpus:
 
 
 def stream_report(corpus: Corpus) -> None:
+    one = as_one_stream(corpus)
+    _orders("Stream variant: every conversation in one project (the issue's)", one)
+    _orders("The same, without tags", untagged(one))
     stream = as_stream(corpus)
-    _orders("Stream variant (shuffled, one moment; questions within their conversation)", stream)
+    _orders("Stream variant, a project per conversation", stream)
     _orders("The same stream without tags", untagged(stream))
     _orders("The conversations in order, without tags", untagged(corpus))
 

@@ -213,7 +213,8 @@ def rank(
                 adjacent.setdefault(note_id, set()).add(other)
                 adjacent.setdefault(other, set()).add(note_id)
     grouping = _grouping_keys(notes)
-    episode = _episode_best(found, base, grouping)
+    lifted: dict[Key, float] = {}  # the evidence behind each note's episode
+    episode = _episode_best(found, base, grouping, lifted)
     newest = max((c.updated_at for c in found.values()), default=None)
     best_text = 0.0  # only an explanation needs it (relevance normalised already)
     if explain is not None:
@@ -225,17 +226,19 @@ def rank(
         if c.context_only and relevant <= 0:
             continue  # no word in common, no closeness in meaning: context lifts
             # results, it does not make them
-        near = around = on_date = named = recent = 0.0
+        near = around = on_date = named = recent = context = 0.0
         if key[1] == "note":
-            near = NEIGHBOUR_WEIGHT * max(
-                (note_base[n] * _together(c, notes[n], grouping) for n in adjacent.get(key[0], ())),
-                default=0.0,
-            )
+            pairs = [
+                (note_base[n], _together(c, notes[n], grouping)) for n in adjacent.get(key[0], ())
+            ]
+            near = NEIGHBOUR_WEIGHT * max((r * e for r, e in pairs), default=0.0)
             around = EPISODE_WEIGHT * episode.get(key, 0.0)
+            # how strong the evidence behind the context that lifts it
+            context = max([e for r, e in pairs if r * e > 0] + [lifted.get(key, 0.0)])
         if any(start <= c.created_at < end for start, end in question.dates):
             on_date = DATE_WEIGHT
-        if c.tags and question.names(c.tags) and (near > 0 or episode.get(key, 0.0) > relevant):
-            named = TAG_WEIGHT
+        if c.tags and question.names(c.tags):
+            named = TAG_WEIGHT * context
         if half_life_days > 0 and newest is not None:
             age = max((newest - c.updated_at).total_seconds(), 0.0) / 86400
             recent = RECENCY_WEIGHT * 0.5 ** (age / half_life_days)
@@ -342,6 +345,7 @@ def _episode_best(
     found: Mapping[Key, Candidate],
     base: Mapping[Key, float],
     grouping: Mapping[str, float] | None = None,
+    evidence: dict[Key, float] | None = None,
 ) -> dict[Key, float]:
     """For each note: the best relevance in its episode, weighed by the
     evidence that the episode is one (its own relevance at least: a note is
@@ -353,12 +357,24 @@ def _episode_best(
     * a grouping tag (``_grouping_keys``): the notes within EPISODE_GAP that
       share its value, weighed by how strongly the key groups.
 
+    With ``evidence``, it records for each note another note lifted the
+    weight of the evidence that did (0 when its own relevance stands).
+
     Range maxima over time-sorted notes: a big import stamped with one time
     is one window of thousands, not thousands squared of comparisons."""
     out: dict[Key, float] = {}
+    ev: dict[Key, float] = {} if evidence is None else evidence
     line = sorted((found[k].created_at, k) for k in base if k[1] == "note")
+
+    def lift(key: Key, value: float, weight: float) -> None:
+        if value > out.get(key, base[key]):  # a note is its own episode
+            out[key], ev[key] = value, weight
+        else:
+            out.setdefault(key, base[key])
+            ev.setdefault(key, 0.0)
+
     for key, best, share in _windows(line, base):
-        out[key] = max(base[key], best * (1.0 - share))  # a note is its own episode
+        lift(key, best * (1.0 - share), 1.0 - share)
     for k, strength in (grouping or {}).items():
         groups: dict[str, list[tuple[datetime, Key]]] = {}
         for at, key in line:
@@ -368,7 +384,7 @@ def _episode_best(
                     groups.setdefault(value, []).append((at, key))
         for members in groups.values():
             for key, best, _ in _windows(members, base):
-                out[key] = max(out[key], strength * best)
+                lift(key, strength * best, strength)
     return out
 
 
