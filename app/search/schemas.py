@@ -118,7 +118,7 @@ class ScoredNote(NoteOut):
     score: float = Field(
         description="How well the note answers the question, 0-1: 1 is a lone perfect match "
         "(all the words, the same meaning); a note with no word in common and a cosine below "
-        "0.1 scores under 0.07 (before any bias), whatever its time or tags. Comparable within one "
+        "0.1 scores under 0.05 (before any bias), whatever its time or tags. Comparable within one "
         "find."
     )
     explain: Explanation | None = Field(default=None, description="With explain: true.")

@@ -120,7 +120,7 @@ export async function render(main, params, ctx) {
       h("p", { role: "status" }, `${found.notes.length} results · mode ${found.mode}` +
         (found.pending_embedding ? ` · ${found.pending_embedding} notes not embedded yet` : "")),
       table(headers, found.notes.map((n, i) => resultRow(i + 1, n)), "Results, best first"),
-      scale ? h("p", { class: "hint" }, `Score = min(1, (fusion + neighbour + episode + date + tag + recency) / ${scale.toFixed(2)} × bias). In hybrid mode fusion = 0.3 × full text + 0.7 × vector; one stage alone is its own fusion.`) : null,
+      scale ? h("p", { class: "hint" }, `Score = min(1, (fusion + neighbour + episode + date + tag + recency) / ${scale.toFixed(2)} × bias). In hybrid mode fusion = 0.4 × full text (the note's share of the question's words, counted as far as the note is close in meaning) + 0.6 × vector; one stage alone is its own fusion. Context bonuses need evidence that notes belong together, and count only as far as the note itself matches.`) : null,
       groups,
     );
   }
