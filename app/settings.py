@@ -179,6 +179,17 @@ class Settings(BaseSettings):
     summarization_api_key: SecretStr | None = None
     summarization_base_url: str = ""
     summary_context_notes: int = 5
+    # Coding-agent sessions (app.sessions): compressing events with a model
+    # is off unless a provider is named; a project's tokens per UTC day are
+    # capped by session_llm_tokens_per_day (a project may set less).
+    session_llm_provider: str = Field(default="none", description="none | openai | anthropic")
+    session_llm_model: str = "gpt-4o-mini"
+    session_llm_api_key: SecretStr | None = None
+    session_llm_base_url: str = ""
+    session_llm_tokens_per_day: int = Field(default=200_000, ge=0)
+    session_idle_minutes: int = Field(
+        default=30, ge=1, description="A session quiet this long is checkpointed."
+    )
     part_target_chars: int = 1200
     analyze_min_chars: int = 300
 

@@ -127,7 +127,20 @@ COLUMN_OWNERS = {
     },
 }
 # Tables written in SQL text (no mapped class): the daily usage counters.
-TEXT_OWNERS = {"usage_daily": "app/usage/repository.py"}
+TEXT_OWNERS = {
+    "usage_daily": "app/usage/repository.py",
+    **{
+        table: "app/sessions/repository.py"
+        for table in (
+            "agent_sessions",
+            "session_inbox",
+            "session_patterns",
+            "session_resume",
+            "session_spend",
+            "session_collections",
+        )
+    },
+}
 _WRITE_CALLS = {"insert", "pg_insert", "update", "delete"}
 _SQL_WRITE = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+([a-z_]+)")
 
@@ -404,6 +417,7 @@ LAYERS = [
     "usage", "auth",
     "notes",  # the note aggregate: every note, version, part, vector, edge, change
     "ingest", "graph", "search", "retention", "events", "flows",
+    "sessions",  # coding-agent sessions: hook events in, checkpoints and patterns out
     "accounts",  # making tenants and projects: keys, seeded notes, usage
     "oauth", "erasure", "keepstore", "health",
     "pipeline",  # the worker's machinery: runs every domain's background work

@@ -49,7 +49,8 @@ def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
             "'public'::regnamespace",
             database=name,
         )
-        assert int(rls.strip()) == 23  # tenants + TENANT_TABLES + 4 OAuth + 2 usage + webhooks
+        # tenants + TENANT_TABLES + 4 OAuth + 2 usage + webhooks + 6 of sessions
+        assert int(rls.strip()) == 29
         hnsw = stack.pg.psql(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_embeddings_hnsw_384'",
             database=name,

@@ -18,7 +18,7 @@ from app.db import Database
 from app.health import repository as health
 from app.pipeline import dispatcher, runner
 from app.providers.embedding.base import QueryCache
-from app.providers.factory import make_embedder, make_summarizer
+from app.providers.factory import make_compressor, make_embedder, make_summarizer
 from app.settings import get_settings
 
 
@@ -30,6 +30,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         embedder=make_embedder(settings),
         summarizer=make_summarizer(settings),
         query_cache=QueryCache(),
+        compressor=make_compressor(settings),
     )
     ctx["pipeline"] = pipeline
     metrics.watch_pool(pipeline.db.pool_status)

@@ -17,6 +17,8 @@ class JobKind(StrEnum):
     TERM_STATS = "term_stats"  # count a big project's common words (find's full-text stage)
     EXPIRE = "expire"  # delete a project's notes past their expiry or the project's retention
     WEBHOOK = "webhook"  # POST a batch of a project's events to one of its webhooks
+    SESSION_DIGEST = "session_digest"  # a coding-agent session's new events: observations,
+    # patterns, checkpoints, the project's resume block
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

@@ -16,6 +16,9 @@ class EventKind(StrEnum):
     EMBEDDING = "embedding"  # the current content's vector is in (searchable by meaning)
     PARTS = "parts"  # the note's parts were made (analyze)
     FAILED = "failed"  # a fetch or OCR gave up: the note says why
+    CHECKPOINT = "checkpoint"  # a coding-agent session's checkpoint was written
+    COMPACTION = "compaction"  # a session's host compacted its context
+    PATTERN = "pattern"  # a recurring error, fix or decision was seen (again)
 
 
 #: keep's own mutation names (its export reads only these).

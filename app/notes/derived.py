@@ -57,6 +57,12 @@ async def apply_vectors(
     )
 
 
+async def announce(session: AsyncSession, scope: Scope, *, note_id: str, kind: EventKind) -> None:
+    """Tell watchers (``/v1/events``, webhooks) what a note's write meant
+    beyond the write itself (a checkpoint, a pattern seen again)."""
+    await feed.record(session, scope, mutation=WATCH_ONLY, entity_id=note_id, kind=kind)
+
+
 @dataclass(frozen=True, slots=True)
 class NewPart:
     summary: str

@@ -162,6 +162,10 @@ async def list_notes(
     return ListResult(items=items, next_cursor=cursor)
 
 
+async def exists(session: AsyncSession, scope: Scope, *, note_id: str) -> bool:
+    return await repo.get(session, scope, note_id) is not None
+
+
 async def count(session: AsyncSession, scope: Scope) -> int:
     return await repo.count(session, scope)
 

@@ -32,6 +32,7 @@ from app.notes.repository import vectors
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
+from app.sessions import service as sessions
 from app.settings import Settings
 from app.tenancy import scope_for_job, tenant_for_jobs
 from app.tenants import repository as projects
@@ -134,6 +135,13 @@ async def reconcile(pipeline: Pipeline, *, limit: int = 1000) -> int:
                 kind=JobKind.TERM_STATS,
                 note_id=None,
                 priority=9,
+            )
+        # Coding-agent sessions gone quiet since their last checkpoint.
+        for tenant_id, project_id, session_id in await sessions.idle_sessions(
+            session, idle_minutes=pipeline.settings.session_idle_minutes, limit=limit
+        ):
+            await sessions.checkpoint_idle(
+                session, scope_for_job(tenant_id, project_id), session_id=session_id
             )
         # Notes past their expiry or their project's retention.
         for tenant_id, project_id in await retention.projects_with_due_notes(session, limit=limit):

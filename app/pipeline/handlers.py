@@ -30,6 +30,8 @@ from app.providers.errors import PermanentError
 from app.providers.summarization.base import RelatedNote
 from app.retention import service as retention
 from app.search.fulltext import service as term_stats_service
+from app.sessions import digest
+from app.sessions import service as sessions
 
 Handler = Callable[[list[JobRun]], Awaitable[None]]
 
@@ -380,6 +382,29 @@ async def webhook(run: JobRun) -> None:
         await run.finish(session, {"status": status})
 
 
+async def session_digest(run: JobRun) -> None:
+    """A session's new events: observations, patterns, a checkpoint when one
+    is due, the project's resume block (``app.sessions.digest``)."""
+    p, sid = run.pipeline, str(run.job.payload.get("session_id", ""))
+    async with run.transaction() as session:
+        loaded = await digest.load(
+            session, run.scope, session_id=sid, server_budget=p.settings.session_llm_tokens_per_day
+        )
+        if loaded is None:
+            await run.finish(session, {"skipped": "session deleted"})
+            return
+    compressed = await digest.compress(loaded, p.compressor)
+    async with run.transaction() as session:
+        result = await digest.apply(
+            session, run.scope, loaded, compressed, limits=p.settings.limits,
+            trigger=run.job.payload.get("trigger"),
+        )  # fmt: skip
+        await sessions.refresh_resume(
+            session, run.scope, cwd=loaded.cwd, embedder=p.embedder, cache=p.query_cache
+        )
+        await run.finish(session, result)
+
+
 HANDLERS: dict[JobKind, Handler] = {
     JobKind.WEBHOOK: _one(webhook),
     JobKind.SUMMARIZE: _one(summarize),
@@ -390,4 +415,5 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.FETCH: _one(fetch_document),
     JobKind.OCR: _one(ocr),
     JobKind.EXTRACT_GRAPH: _one(extract_graph),
+    JobKind.SESSION_DIGEST: _one(session_digest),
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.db import Database
+from app.providers.compression import Compressor
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.factory import make_describer, make_graph_extractor
 from app.providers.graph.base import GraphExtractor
@@ -29,6 +30,7 @@ class Pipeline:
     ocr_engine: OCR | None = None
     graph_extractor: GraphExtractor | None = None
     describer_instance: Describer | None = None
+    compressor: Compressor | None = None  # sessions' model (session_llm_provider)
 
     def describer(self) -> Describer | None:
         """The optional image describer (media_provider), loaded on first use."""
@@ -53,3 +55,5 @@ class Pipeline:
         await self.summarizer.aclose()
         if self.graph_extractor is not None:
             await self.graph_extractor.aclose()
+        if self.compressor is not None:
+            await self.compressor.aclose()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from app.providers import compression as compressors
+from app.providers.compression import Compressor
 from app.providers.embedding.base import Embedder
 from app.providers.embedding.base import registry as embedders
 from app.providers.errors import model_wheel_pin
@@ -43,6 +45,17 @@ def make_summarizer(settings: Settings) -> Summarizer:
         model=settings.summarization_model,
         api_key=key,
         base_url=settings.summarization_base_url,
+    )
+
+
+def make_compressor(settings: Settings) -> Compressor | None:
+    """The sessions' model, or None when session_llm_provider is "none"."""
+    key = settings.session_llm_api_key.get_secret_value() if settings.session_llm_api_key else ""
+    return compressors.create(
+        settings.session_llm_provider,
+        model=settings.session_llm_model,
+        api_key=key,
+        base_url=settings.session_llm_base_url,
     )
 
 

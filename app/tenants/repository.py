@@ -6,8 +6,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Text, delete, func, literal, select, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Note, Project, Tenant
@@ -97,6 +97,19 @@ def project_settings_query(scope: Scope) -> Any:
 async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
     value = await session.scalar(select(project_settings_query(scope)))
     return dict(value or {})
+
+
+async def set_project_setting(session: AsyncSession, scope: Scope, *, key: str, value: Any) -> None:
+    """One key of the project's settings (the rest are left as they are)."""
+    await session.execute(
+        update(Project)
+        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
+        .values(
+            settings=Project.settings.op("||")(
+                func.jsonb_build_object(literal(key, Text), literal(value, JSONB))
+            )
+        )
+    )
 
 
 QUOTAS = ("quota_notes", "quota_bytes", "quota_requests_per_day", "quota_jobs_per_day")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,6 +36,16 @@ async def sanitizing(session: AsyncSession, scope: Scope) -> bool:
     """Whether the project sanitises at ingest (on unless its settings say
     ``sanitize: false``)."""
     return redaction.enabled(await repo.project_settings(session, scope))
+
+
+async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
+    """The project's settings document."""
+    return await repo.project_settings(session, scope)
+
+
+async def set_project_setting(session: AsyncSession, scope: Scope, *, key: str, value: Any) -> None:
+    """Replace one key of the project's settings."""
+    await repo.set_project_setting(session, scope, key=key, value=value)
 
 
 async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:

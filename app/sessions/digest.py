@@ -1,0 +1,408 @@
+"""The worker's digest of a session's new events: an observation note, the
+recurring patterns, a checkpoint when one is due (its open tasks become
+keep's open commitments), and the project's resume block.
+
+``load`` reads the inbox, ``compress`` (a model, optional, outside any
+transaction) condenses it, ``apply`` writes everything and empties the
+inbox in one transaction: a crash in between loses nothing, and a second
+run of the same job finds an empty inbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.kit.changes import EventKind
+from app.kit.timeutil import utcnow
+from app.notes import derived, reading, tagging
+from app.notes import writing as notes
+from app.sessions import observe
+from app.sessions import repository as repo
+from app.sessions.compress import Compressed, Compressor, budget_for, events_text
+from app.sessions.intake import session_note_id, slug
+from app.sessions.settings import SessionSettings, settings_of
+from app.settings import Limits
+from app.tenancy import Scope
+
+BATCH = 500  # inbox events per run; the rest are the next run's
+STOP_EVERY = 20  # a Stop checkpoints once this many events came since the last
+CARRIED = 30
+
+
+@dataclass(slots=True)
+class Loaded:
+    session_id: str
+    platform: str
+    cwd: str
+    events: list[tuple[int, dict[str, Any]]]
+    state: dict[str, Any]
+    checkpoint_seq: int
+    next_seq: int
+    settings: SessionSettings
+    budget_left: int = 0
+    more: bool = False
+
+    @property
+    def last_seq(self) -> int:
+        return self.events[-1][0] if self.events else 0
+
+
+@dataclass(slots=True)
+class Outcome:
+    observations: int = 0
+    patterns: int = 0
+    checkpoint: str | None = None
+    tasks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+async def load(
+    session: AsyncSession, scope: Scope, *, session_id: str, server_budget: int
+) -> Loaded | None:
+    row = await repo.get(session, scope, session_id)
+    if row is None:
+        return None
+    events = await repo.inbox(session, scope, session_id=session_id, limit=BATCH + 1)
+    conf = await settings_of(session, scope)
+    spent = await repo.spend_on(session, scope, utcnow().date())
+    used = (spent.tokens_in + spent.tokens_out) if spent else 0
+    return Loaded(
+        session_id=session_id,
+        platform=row.platform,
+        cwd=row.cwd,
+        events=events[:BATCH],
+        state=dict(row.state or {}),
+        checkpoint_seq=row.checkpoint_seq,
+        next_seq=row.next_seq,
+        settings=conf,
+        budget_left=budget_for(conf.llm_tokens_per_day, server_budget) - used,
+        more=len(events) > BATCH,
+    )
+
+
+async def compress(loaded: Loaded, compressor: Compressor | None) -> Compressed | None:
+    """The model's condensation of the events, when one is configured and
+    the project's budget for the day allows the call; else None (the rules'
+    digest stands alone)."""
+    if compressor is None or not loaded.events:
+        return None
+    text = events_text([ev for _, ev in loaded.events], compressor.max_input_chars)
+    if compressor.estimate(text) > loaded.budget_left:
+        return Compressed.refused()
+    return await compressor.compress(text)
+
+
+def _checkpoint_due(loaded: Loaded, trigger: str | None) -> str | None:
+    kinds = [ev.get("kind") for _, ev in loaded.events]
+    if "post_compact" in kinds or "pre_compact" in kinds:
+        return "compaction"
+    if "checkpoint" in kinds:
+        return "request"
+    if "session_end" in kinds:
+        return "end"
+    if "stop" in kinds and loaded.last_seq - loaded.checkpoint_seq >= STOP_EVERY:
+        return "stop"
+    if trigger == "idle" and loaded.checkpoint_seq < loaded.next_seq:
+        return "idle"
+    return None
+
+
+def _carry(state: dict[str, Any], d: observe.Digest) -> dict[str, Any]:
+    """What the next run (and the next checkpoint) needs of this one."""
+    out = dict(state)
+    if d.todos:
+        out["todos"] = d.todos
+    for name, values in (
+        ("prompts", d.prompts),
+        ("changed", d.changed),
+        ("decisions", d.decisions),
+        ("todo_candidates", d.todo_candidates),
+    ):
+        out[name] = observe.unique([*out.get(name, []), *values])[-CARRIED:]
+    if d.last_message:
+        out["last_message"] = d.last_message
+    if d.compact_summary:
+        out["compact_summary"] = d.compact_summary
+    out["errors_open"] = max(0, int(out.get("errors_open", 0)) + len(d.errors) - len(d.fixes))
+    return out
+
+
+async def apply(
+    session: AsyncSession,
+    scope: Scope,
+    loaded: Loaded,
+    compressed: Compressed | None,
+    *,
+    limits: Limits,
+    trigger: str | None = None,
+) -> dict[str, Any]:
+    """Write what the events say and let them go (see the module's docstring)."""
+    row = await repo.get(session, scope, loaded.session_id, lock=True)
+    if row is None:
+        return {"skipped": "session deleted"}
+    events = [(s, ev) for s, ev in loaded.events if s > row.digested_seq]
+    d = observe.digest([ev for _, ev in events])
+    state = _carry(dict(row.state or {}), d)
+    out = Outcome()
+    now = utcnow()
+    if compressed is not None:
+        await repo.add_spend(
+            session,
+            scope,
+            day=now.date(),
+            calls=0 if compressed.was_refused else 1,
+            tokens_in=compressed.tokens_in,
+            tokens_out=compressed.tokens_out,
+            refused=1 if compressed.was_refused else 0,
+        )
+    if events:
+        await _observation(session, scope, loaded, events, d, compressed, limits, out)
+        await _patterns(session, scope, loaded, d, now, limits, out)
+    values: dict[str, Any] = {"state": state}
+    if events:
+        values["digested_seq"] = events[-1][0]
+    due = _checkpoint_due(loaded, trigger)
+    if due is not None:
+        cp = await _checkpoint(session, scope, loaded, state, d, due, now, limits, out)
+        values |= {
+            "checkpoints": row.checkpoints + 1,
+            "checkpoint_seq": max(row.next_seq, loaded.last_seq),
+            "last_checkpoint": cp,
+            "summary": cp["summary"][:2000],
+        }
+    elif not row.summary and state.get("prompts"):
+        values["summary"] = f"Working on: {state['prompts'][0][:300]}"
+    await repo.update(session, scope, loaded.session_id, **_json_ready(values))
+    if events:
+        await repo.drop_from_inbox(
+            session, scope, session_id=loaded.session_id, through=events[-1][0]
+        )
+    return {
+        "events": len(events),
+        "observations": out.observations,
+        "patterns": out.patterns,
+        "checkpoint": out.checkpoint,
+        "tasks": out.tasks,
+        "more": loaded.more,
+    }
+
+
+def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if k in ("state", "last_checkpoint") else v for k, v in values.items()}
+
+
+async def _observation(
+    session: AsyncSession,
+    scope: Scope,
+    loaded: Loaded,
+    events: Sequence[tuple[int, dict[str, Any]]],
+    d: observe.Digest,
+    compressed: Compressed | None,
+    limits: Limits,
+    out: Outcome,
+) -> None:
+    facts = d.facts()
+    title = d.title()
+    concepts: list[str] = []
+    files = observe.unique([*d.changed, *d.read])
+    narrative = ""
+    if compressed is not None and not compressed.was_refused:
+        title, facts = compressed.title or title, compressed.facts or facts
+        narrative, concepts = compressed.narrative, compressed.concepts
+        files = observe.unique([*compressed.files, *files])
+    if not facts and not narrative:
+        return
+    body = "\n".join([title, *(f"- {f}" for f in facts), *([narrative] if narrative else [])])
+    tags: dict[str, Any] = {
+        "session": loaded.session_id,
+        "kind": "observation",
+        "platform": loaded.platform,
+        "source": "llm" if narrative else "rules",
+    }
+    if files:
+        tags["file"] = files[:20]
+    if concepts:
+        tags["concept"] = concepts[:20]
+    note_id = f"{session_note_id(loaded.session_id)}/obs/{events[0][0]:06d}"
+    await notes.put(
+        session,
+        scope,
+        data=notes.PutInput(id=note_id, content=body, summary=title[:200], tags=tags),
+        limits=limits,
+    )
+    out.observations += 1
+    out.notes.append(note_id)
+
+
+def _pattern_key(kind: str, text: str) -> str:
+    return hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest()[:16]
+
+
+async def _patterns(
+    session: AsyncSession,
+    scope: Scope,
+    loaded: Loaded,
+    d: observe.Digest,
+    now: datetime,
+    limits: Limits,
+    out: Outcome,
+) -> None:
+    seen: dict[tuple[str, str], tuple[str, str, list[str], int]] = {}
+    for kind, items in (("error", d.errors), ("fix", d.fixes)):
+        for e in items:
+            _, _, files, n = seen.get((kind, e.key), (e.template, e.example, [], 0))
+            merged = observe.unique([*files, *e.files])
+            seen[(kind, e.key)] = (e.template, e.example, merged, n + 1)
+    for kind, texts in (("decision", d.decisions), ("preference", d.preferences)):
+        for t in texts:
+            seen[(kind, _pattern_key(kind, t.casefold()))] = (t, t, [], 1)
+    for (kind, pattern), (tmpl, example, files, n) in seen.items():
+        count = await repo.bump_pattern(
+            session,
+            scope,
+            kind=kind,
+            key=pattern,
+            template=tmpl,
+            example=example,
+            session_id=loaded.session_id,
+            files=files,
+            n=n,
+            at=now,
+        )
+        note_id = f"pattern/{kind}/{pattern}"
+        label = {"error": "Recurring error", "fix": "Fixed before", "decision": "Decision"}.get(
+            kind, "Preference (candidate)"
+        )
+        await notes.put(
+            session,
+            scope,
+            data=notes.PutInput(
+                id=note_id, content=f"{label}: {tmpl}", tags={"kind": "pattern", "pattern": kind}
+            ),
+            limits=limits,
+        )
+        await tagging.tag(
+            session, scope, raw_id=note_id, set_tags={"count": str(count)}, remove=["count"]
+        )
+        await derived.announce(session, scope, note_id=note_id, kind=EventKind.PATTERN)
+        out.patterns += 1
+
+
+def checkpoint_text(cp: dict[str, Any]) -> str:
+    lines = [f"Checkpoint ({cp['trigger']}) of session {cp['session_id']}, {cp['at']}"]
+    lines.append(cp["summary"])
+    if cp["decisions"]:
+        lines += ["Decisions:", *(f"- {x}" for x in cp["decisions"])]
+    if cp["open_tasks"]:
+        lines += ["Open tasks:", *(f"- {x}" for x in cp["open_tasks"])]
+    if cp["files"]:
+        lines.append("Files changed: " + ", ".join(cp["files"]))
+    return "\n".join(lines)
+
+
+async def _checkpoint(
+    session: AsyncSession,
+    scope: Scope,
+    loaded: Loaded,
+    state: dict[str, Any],
+    d: observe.Digest,
+    trigger: str,
+    now: datetime,
+    limits: Limits,
+    out: Outcome,
+) -> dict[str, Any]:
+    summary_src = str(state.get("compact_summary") or "")
+    carried = observe.Digest(todos=dict(state.get("todos") or {}), compact_summary=summary_src)
+    tasks = observe.open_tasks(carried)
+    decisions = observe.unique(
+        [*observe.decisions_in(summary_src), *d.decisions, *state.get("decisions", [])]
+    )[:20]
+    if summary_src:
+        summary = summary_src[:3000]
+    else:
+        bits = []
+        if state.get("prompts"):
+            bits.append(f"Working on: {state['prompts'][-1][:300]}")
+        if state.get("changed"):
+            bits.append("Changed: " + ", ".join(state["changed"][-10:]))
+        if state.get("errors_open"):
+            bits.append(f"Unresolved failures: {state['errors_open']}")
+        if state.get("last_message"):
+            bits.append(f"Last reply: {state['last_message'][:400]}")
+        summary = "\n".join(bits) or "No activity worth keeping."
+    cp = {
+        "session_id": loaded.session_id,
+        "platform": loaded.platform,
+        "cwd": loaded.cwd,
+        "at": now.isoformat(),
+        "trigger": trigger,
+        "summary": summary,
+        "decisions": decisions,
+        "open_tasks": tasks[:30],
+        "files": list(state.get("changed", []))[-15:],
+    }
+    note_id = f"{session_note_id(loaded.session_id)}/checkpoint/{now:%Y%m%dT%H%M%S%f}"
+    text = checkpoint_text(cp)
+    await notes.put(
+        session,
+        scope,
+        data=notes.PutInput(
+            id=note_id,
+            content=text,
+            summary=text[: limits.max_summary_chars],
+            tags={"session": loaded.session_id, "kind": "checkpoint", "trigger": trigger},
+        ),
+        limits=limits,
+    )
+    await derived.announce(session, scope, note_id=note_id, kind=EventKind.CHECKPOINT)
+    if trigger == "compaction":
+        await derived.announce(session, scope, note_id=note_id, kind=EventKind.COMPACTION)
+    for task in tasks[:30]:
+        await _task(session, scope, loaded, task, "open", limits)
+    for task in observe.done_tasks(carried):
+        await _task(session, scope, loaded, task, "fulfilled", limits, only_existing=True)
+    out.tasks = len(tasks)
+    out.checkpoint = note_id
+    out.notes.append(note_id)
+    return cp
+
+
+async def _task(
+    session: AsyncSession,
+    scope: Scope,
+    loaded: Loaded,
+    task: str,
+    status: str,
+    limits: Limits,
+    *,
+    only_existing: bool = False,
+) -> None:
+    """A task as keep's commitment (``act=commitment``, ``status``): one note
+    per task text in the project, whichever session names it."""
+    note_id = f"task/{observe.task_key(task)}"
+    if not await reading.exists(session, scope, note_id=note_id):
+        if only_existing:
+            return
+        await notes.put(
+            session,
+            scope,
+            data=notes.PutInput(
+                id=note_id,
+                content=task,
+                tags={"act": "commitment", "source": "session", "session": loaded.session_id},
+            ),
+            limits=limits,
+        )
+    await tagging.tag(
+        session, scope, raw_id=note_id, set_tags={"status": status}, remove=["status"]
+    )
+
+
+__all__ = ["Loaded", "apply", "compress", "load", "slug"]
