@@ -1,35 +1,46 @@
-"""keepmem-client: the Python SDK of keepmem, the memory service for AI agents."""
+"""keepmem-client: the Python SDK of keepmem, the memory service for AI agents.
 
-from keepmem_client._client import AsyncKeepmem, Keepmem
-from keepmem_client._errors import (
-    APIConnectionError,
-    APIError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    InternalServerError,
-    KeepmemError,
-    NotFoundError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
-    RateLimitError,
-    ServiceUnavailableError,
-    ValidationError,
-)
-from keepmem_client._models import (
-    BatchOut,
-    CompactResult,
-    Deleted,
-    ImportResult,
-    Job,
-    JobPage,
-    Note,
-    ScoredNote,
-    SearchResult,
-    Version,
-    VersionList,
-)
+The names below load on first use: the hook command (``keepmem_client.hooks``)
+runs on every event of a coding agent and must start without importing httpx
+and pydantic.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from keepmem_client._client import AsyncKeepmem, Keepmem
+    from keepmem_client._errors import (
+        APIConnectionError,
+        APIError,
+        APITimeoutError,
+        AuthenticationError,
+        BadRequestError,
+        ConflictError,
+        InternalServerError,
+        KeepmemError,
+        NotFoundError,
+        PayloadTooLargeError,
+        PermissionDeniedError,
+        RateLimitError,
+        ServiceUnavailableError,
+        ValidationError,
+    )
+    from keepmem_client._models import (
+        BatchOut,
+        CompactResult,
+        Deleted,
+        ImportResult,
+        Job,
+        JobPage,
+        Note,
+        ScoredNote,
+        SearchResult,
+        Version,
+        VersionList,
+    )
 
 __version__ = "0.1.0"
 
@@ -62,3 +73,33 @@ __all__ = [
     "Version",
     "VersionList",
 ]
+
+_HOMES = {
+    "AsyncKeepmem": "_client",
+    "Keepmem": "_client",
+    **{
+        n: "_models"
+        for n in (
+            "BatchOut",
+            "CompactResult",
+            "Deleted",
+            "ImportResult",
+            "Job",
+            "JobPage",
+            "Note",
+            "ScoredNote",
+            "SearchResult",
+            "Version",
+            "VersionList",
+        )
+    },
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'keepmem_client' has no attribute {name!r}")
+    module = importlib.import_module(f"keepmem_client.{_HOMES.get(name, '_errors')}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
