@@ -282,3 +282,25 @@ async def test_lifecycle_events_count_on_the_session(client, tenant, kind) -> No
     await send(client, tenant, ev(sid, kind, message="ok", source="startup"))
     r = await client.get(f"/v1/sessions/{sid}", headers=tenant.headers)
     assert r.json()["counts"] == {kind: 1}
+
+
+@pytest.mark.parametrize(
+    "tool_input",
+    [{"command": "cat .env"}, {"file_path": "/srv/app/secrets/db.txt"},
+     {"file_path": "config/my-secret-token.json"}, {"command": "less deploy/.env.production"}],
+)  # fmt: skip
+async def test_excluded_paths_keep_the_call_not_the_content(client, tenant, tool_input) -> None:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    await send(
+        client,
+        tenant,
+        ev(sid, "tool_result", tool_name="Bash", tool_input=tool_input, tool_output="DB=xyzzy42"),
+    )
+    r = await client.post(
+        "/v1/search",
+        json={"query": "xyzzy42", "stages": "text", "tags": {"session": sid}},
+        headers=tenant.headers,
+    )
+    assert r.json()["notes"] == []
+    items = (await client.get(f"/v1/sessions/{sid}/timeline", headers=tenant.headers)).json()
+    assert "not stored" in items["items"][0]["summary"]

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.kit import redaction
-from app.sessions.observe import paths_in
+from app.sessions.observe import command_of, paths_in
 
 DEFAULT_EXCLUDES = ("*.env*", "*secret*", "secrets/")
 PREVIEW_CHARS = 4000  # per long field: 2/3 head, 1/3 tail
@@ -80,9 +80,12 @@ def clean_event(event: Mapping[str, Any], *, excludes: Sequence[str]) -> dict[st
     big the tool output was)."""
     report = redaction.Report()
     out = {k: _clean_value(v, report) for k, v in event.items() if v is not None}
-    if any(excluded(p, excludes) for p in paths_in(out.get("tool_input"))):
+    named = [*paths_in(out.get("tool_input")), *command_of(out.get("tool_input")).split()]
+    if any(excluded(p.strip("'\"<>;|&()"), excludes) for p in named if p):
         files = paths_in(out.get("tool_input"))
-        out["tool_input"] = {"file_path": files[0]} if files else EXCLUDED
+        # The call is kept (it happened) with what it named, not what it read.
+        cmd = command_of(out.get("tool_input"))
+        out["tool_input"] = {"file_path": files[0]} if files else {"command": cmd[:500]}
         out["tool_output"] = EXCLUDED
         out["excluded"] = True
     for name in LONG_FIELDS:

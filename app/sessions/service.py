@@ -36,6 +36,7 @@ from app.sessions.schemas import (
 from app.sessions.settings import settings_of
 from app.settings import Limits
 from app.tenancy import Scope
+from app.tenants import service as tenants
 
 # Notes the sessions domain writes itself: not "memories" to recall into a block.
 OWN_PREFIXES = ("session/", "pattern/", "task/")
@@ -191,6 +192,7 @@ async def refresh_resume(
 ) -> str:
     """Rebuild the resume block of ``cwd`` and of the whole project."""
     conf = await settings_of(session, scope)
+    slug = scope.project_slug or await tenants.slug_of(session, scope, project_id=scope.project_id)
     tasks = await _open_tasks(session, scope)
     pats = await repo.patterns(session, scope, kinds=list(resume.SHOWN_KINDS), limit=30)
     out = ""
@@ -199,7 +201,7 @@ async def refresh_resume(
         cp = next((r.last_checkpoint for r in recent if r.last_checkpoint), None)
         memories = await _memories(session, scope, cp, [t for t, _ in tasks], embedder, cache)
         text = resume.block(
-            project=scope.project_slug or "default",
+            project=slug,
             cwd=where,
             checkpoint=cp,
             tasks=tasks,
