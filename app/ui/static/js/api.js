@@ -71,6 +71,7 @@ export async function api(method, path, { query, body, key, project } = {}) {
 }
 
 export const noteUrl = (id, tail = "") => `/v1/notes/${encodeURIComponent(id)}${tail}`;
+export const sessionUrl = (id, tail = "") => `/v1/sessions/${encodeURIComponent(id)}${tail}`;
 
 // Server-sent events over fetch (EventSource cannot send a bearer header).
 // Calls onEvent({id, event, data}) per event; reconnects from the last id.

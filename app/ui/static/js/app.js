@@ -10,12 +10,14 @@ import * as live from "./views/live.js";
 import * as note from "./views/note.js";
 import * as notes from "./views/notes.js";
 import * as search from "./views/search.js";
+import * as sessions from "./views/sessions.js";
 
-const VIEWS = { notes, note, search, graph, jobs, live, admin };
+const VIEWS = { notes, note, search, graph, sessions, jobs, live, admin };
 const NAV = [
   ["notes", "Notes"],
   ["search", "Search"],
   ["graph", "Graph"],
+  ["sessions", "Sessions"],
   ["jobs", "Jobs"],
   ["live", "Live"],
   ["admin", "Admin"],
