@@ -37,7 +37,8 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
         await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert set(tools) == {"remember", "recall", "get", "context", "timeline", "tag",
-                              "forget", "versions"}  # fmt: skip
+                              "forget", "versions", "sessions", "session_timeline",
+                              "session_patterns", "resume_context"}  # fmt: skip
         assert tools["remember"].description and "content" in json.dumps(
             tools["remember"].inputSchema
             if hasattr(tools["remember"], "inputSchema")

@@ -278,3 +278,34 @@ async def _other_tenant_sees_nothing(
     assert (await client.get("/v1/sessions/resume", headers=h)).json()["context"] == ""
     r = await client.post("/v1/search", json={"query": "cart tests", "stages": "text"}, headers=h)
     assert r.json()["notes"] == []
+
+
+async def test_capture_returns_before_the_event_reaches_keepmem(
+    live_url, client, tenant, db, spool
+) -> None:
+    """The hook hands the event to a background flusher and returns: the
+    server's record of the event is written after the hook has exited."""
+    hook = Hook(live_url, tenant.key, "default", spool)
+    sid = f"order-{uuid.uuid4().hex[:8]}"
+    payload = {
+        "session_id": sid,
+        "cwd": "/home/dev/shop",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_response": "ok",
+    }
+    assert hook.capture("claude-code", "PostToolUse", payload) == ""
+    returned = time.time()
+    hook.drain()
+    note_id = f"session/{sid}/000001"
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
+        arrived = await s.scalar(
+            text(
+                "SELECT extract(epoch FROM min(created_at)) FROM changes "
+                "WHERE tenant_id = :t AND entity_id = :n"
+            ),
+            {"t": tenant.id, "n": note_id},
+        )
+    assert arrived is not None, "the event never arrived"
+    assert float(arrived) > returned, (float(arrived), returned)

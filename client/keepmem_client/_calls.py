@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from keepmem_client import _models as m
 from keepmem_client._base import Call, clean, note_path
@@ -174,3 +175,134 @@ def flow(state: str, params: Mapping[str, Any] | None = None, **extra: Any) -> C
     """keep's flow endpoint (``POST /v1/flow``): a named state, its params."""
     body = {"state": state, "params": dict(params or {}), **clean(extra)}
     return Call("POST", "/v1/flow", dict, json=body)
+
+
+# -- coding-agent sessions and collections ---------------------------------------------
+
+
+def _session_path(session_id: str, suffix: str = "") -> str:
+    return f"/v1/sessions/{quote(session_id, safe='')}{suffix}"
+
+
+def _collection_path(name: str, suffix: str = "") -> str:
+    return f"/v1/collections/{quote(name, safe='')}{suffix}"
+
+
+def session_events(events: Sequence[Mapping[str, Any]]) -> Call[m.IntakeResult]:
+    # Not idempotent: a repeated batch would be recorded twice.
+    body = {"events": [dict(e) for e in events]}
+    return Call("POST", "/v1/sessions/events", m.IntakeResult.model_validate, json=body)
+
+
+def sessions(*, limit: int | None = None, cwd: str | None = None) -> Call[list[m.Session]]:
+    def read(body: Any) -> list[m.Session]:
+        return [m.Session.model_validate(s) for s in body["sessions"]]
+
+    params = clean({"limit": limit, "cwd": cwd})
+    return Call("GET", "/v1/sessions", read, params=params, idempotent=True)
+
+
+def session(session_id: str) -> Call[m.Session]:
+    return Call("GET", _session_path(session_id), m.Session.model_validate, idempotent=True)
+
+
+def session_timeline(
+    session_id: str, *, kind: str | None = None, limit: int | None = None,
+    cursor: str | None = None,
+) -> Call[m.SessionTimeline]:  # fmt: skip
+    params = clean({"kind": kind, "limit": limit, "cursor": cursor})
+    return Call(
+        "GET", _session_path(session_id, "/timeline"), m.SessionTimeline.model_validate,
+        params=params, idempotent=True,
+    )  # fmt: skip
+
+
+def session_checkpoints(session_id: str) -> Call[list[m.Checkpoint]]:
+    def read(body: Any) -> list[m.Checkpoint]:
+        return [m.Checkpoint.model_validate(c) for c in body["checkpoints"]]
+
+    return Call("GET", _session_path(session_id, "/checkpoints"), read, idempotent=True)
+
+
+def session_patterns(
+    *, kind: str | Sequence[str] | None = None, limit: int | None = None
+) -> Call[list[m.Pattern]]:
+    def read(body: Any) -> list[m.Pattern]:
+        return [m.Pattern.model_validate(p) for p in body["patterns"]]
+
+    kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    params = clean({"kind": kinds or None, "limit": limit})
+    return Call("GET", "/v1/sessions/patterns", read, params=params, idempotent=True)
+
+
+def resume_context(
+    *, cwd: str | None = None, session_id: str | None = None
+) -> Call[m.ResumeContext]:
+    params = clean({"cwd": cwd, "session_id": session_id})
+    return Call(
+        "GET", "/v1/sessions/resume", m.ResumeContext.model_validate, params=params,
+        idempotent=True,
+    )  # fmt: skip
+
+
+def checkpoint(session_id: str, *, note: str | None = None) -> Call[m.Session]:
+    return Call(
+        "POST", _session_path(session_id, "/checkpoint"), m.Session.model_validate,
+        json=clean({"note": note}),
+    )  # fmt: skip
+
+
+def set_session(
+    session_id: str, *, capture: bool | None = None, inject: bool | None = None
+) -> Call[m.Session]:
+    body = clean({"capture": capture, "inject": inject})
+    return Call("PATCH", _session_path(session_id), m.Session.model_validate, json=body)
+
+
+def session_settings() -> Call[m.SessionSettings]:
+    return Call("GET", "/v1/sessions/settings", m.SessionSettings.model_validate, idempotent=True)
+
+
+def set_session_settings(
+    *, capture: bool | None = None, inject: bool | None = None,
+    excludes: Sequence[str] | None = None, resume_chars: int | None = None,
+    llm_tokens_per_day: int | None = None,
+) -> Call[m.SessionSettings]:  # fmt: skip
+    body = clean(
+        {"capture": capture, "inject": inject,
+         "excludes": list(excludes) if excludes is not None else None,
+         "resume_chars": resume_chars, "llm_tokens_per_day": llm_tokens_per_day}
+    )  # fmt: skip
+    return Call("PUT", "/v1/sessions/settings", m.SessionSettings.model_validate, json=body)
+
+
+def collections() -> Call[list[m.Collection]]:
+    def read(body: Any) -> list[m.Collection]:
+        return [m.Collection.model_validate(c) for c in body["collections"]]
+
+    return Call("GET", "/v1/collections", read, idempotent=True)
+
+
+def save_collection(
+    name: str, *, query: str | None = None, tags: Mapping[str, str] | None = None,
+    since: str | None = None, limit: int | None = None, description: str | None = None,
+) -> Call[m.Collection]:  # fmt: skip
+    body = clean(
+        {"query": query, "tags": dict(tags) if tags is not None else None, "since": since,
+         "limit": limit, "description": description}
+    )  # fmt: skip
+    return Call("PUT", _collection_path(name), m.Collection.model_validate, json=body)
+
+
+def collection(name: str) -> Call[m.CollectionRun]:
+    return Call("GET", _collection_path(name), m.CollectionRun.model_validate, idempotent=True)
+
+
+def export_collection(name: str, *, format: str | None = None) -> Call[str]:
+    # The answer is Markdown, JSON or plain text: the client reads it as text.
+    params = clean({"format": format})
+    return Call("GET", _collection_path(name, "/export"), str, params=params, idempotent=True)
+
+
+def delete_collection(name: str) -> Call[None]:
+    return Call("DELETE", _collection_path(name), lambda _: None)

@@ -17,6 +17,7 @@ from keepmem_client import _calls as calls
 from keepmem_client import _models as m
 from keepmem_client._base import Call, Config, backoff, raise_for, should_retry
 from keepmem_client._errors import APIConnectionError, APIError, APITimeoutError
+from keepmem_client._sessions import AsyncSessions, Sessions
 
 T = TypeVar("T")
 
@@ -58,7 +59,8 @@ class SyncBase:
     def close(self) -> None:
         self._http.close()
 
-    def _run(self, call: Call[T]) -> T:
+    def _send(self, call: Call[Any]) -> httpx.Response:
+        """The successful answer to ``call``, retried as far as ``call`` allows."""
         attempt = 0
         while True:
             try:
@@ -67,7 +69,7 @@ class SyncBase:
                     files=call.files, data=call.data,
                 )  # fmt: skip
                 raise_for(response)
-                return call.parse(response.json() if response.content else {})
+                return response
             except (httpx.TransportError, APIError) as exc:
                 attempt += 1
                 if attempt > self.config.max_retries or not should_retry(exc, call):
@@ -76,8 +78,12 @@ class SyncBase:
                     raise
                 time.sleep(backoff(attempt, exc))
 
+    def _run(self, call: Call[T]) -> T:
+        response = self._send(call)
+        return call.parse(response.json() if response.content else {})
 
-class Keepmem(SyncBase):
+
+class Keepmem(SyncBase, Sessions):
     """A keepmem client.
 
         with Keepmem() as km:                      # KEEPMEM_URL, KEEPMEM_API_KEY
@@ -88,6 +94,9 @@ class Keepmem(SyncBase):
     Reads and other calls that are safe to repeat are retried on connection
     errors, 429 (after ``Retry-After``) and 5xx, ``max_retries`` times with
     exponential backoff and jitter; writes are never repeated.
+
+    Coding-agent sessions and collections (``sessions``, ``session_timeline``,
+    ``resume_context``, ``save_collection`` ...) come from ``Sessions``.
     """
 
     def put(self, content: str | None = None, **kwargs: Any) -> m.Note:
@@ -191,7 +200,7 @@ class Keepmem(SyncBase):
         return self._run(calls.flow(state, params, **extra))
 
 
-class AsyncKeepmem:
+class AsyncKeepmem(AsyncSessions):
     """``Keepmem`` for asyncio: the same methods, awaited (``list`` and
     ``export`` are async iterators)."""
 
@@ -223,7 +232,8 @@ class AsyncKeepmem:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _run(self, call: Call[T]) -> T:
+    async def _send(self, call: Call[Any]) -> httpx.Response:
+        """The successful answer to ``call``, retried as far as ``call`` allows."""
         attempt = 0
         while True:
             try:
@@ -232,7 +242,7 @@ class AsyncKeepmem:
                     files=call.files, data=call.data,
                 )  # fmt: skip
                 raise_for(response)
-                return call.parse(response.json() if response.content else {})
+                return response
             except (httpx.TransportError, APIError) as exc:
                 attempt += 1
                 if attempt > self.config.max_retries or not should_retry(exc, call):
@@ -240,6 +250,10 @@ class AsyncKeepmem:
                         raise _send_error(exc) from exc
                     raise
                 await asyncio.sleep(backoff(attempt, exc))
+
+    async def _run(self, call: Call[T]) -> T:
+        response = await self._send(call)
+        return call.parse(response.json() if response.content else {})
 
     async def put(self, content: str | None = None, **kwargs: Any) -> m.Note:
         return await self._run(calls.put(content, **kwargs))

@@ -129,3 +129,105 @@ class Tenant(_Model):
 class NewTenant(_Model):
     tenant: Tenant
     api_key: Key
+
+
+class SessionState(_Model):
+    session_id: str
+    capture: bool
+
+
+class IntakeResult(_Model):
+    accepted: int
+    dropped: int
+    sessions: list[SessionState] = Field(default_factory=list)
+
+
+class Session(_Model):
+    """A coding-agent session as keepmem recorded it."""
+
+    session_id: str
+    platform: str
+    cwd: str = ""
+    started_at: str
+    last_event_at: str
+    ended_at: str | None = None
+    end_reason: str = ""
+    counts: dict[str, int] = Field(default_factory=dict)
+    summary: str = ""
+    capture: bool = True
+    inject: bool = True
+    events: int = 0
+    checkpoints: int = 0
+
+
+class TimelineItem(_Model):
+    id: str
+    kind: str
+    at: str
+    summary: str
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionTimeline(_Model):
+    session_id: str
+    items: list[TimelineItem]
+    next_cursor: str | None = None
+
+
+class Checkpoint(_Model):
+    id: str
+    at: str
+    trigger: str
+    text: str
+
+
+class Pattern(_Model):
+    """Something that recurs across sessions: an error, a fix, a decision."""
+
+    kind: str
+    template: str
+    example: str
+    count: int
+    sessions: int
+    session_ids: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list)
+    first_seen: str
+    last_seen: str
+
+
+class ResumeContext(_Model):
+    context: str
+    chars: int
+    inject: bool
+
+
+class SessionSettings(_Model):
+    capture: bool
+    inject: bool
+    excludes: list[str] = Field(default_factory=list)
+    resume_chars: int
+    llm_tokens_per_day: int | None = None
+
+
+class Collection(_Model):
+    """A saved query."""
+
+    name: str
+    query: str = ""
+    tags: dict[str, str] = Field(default_factory=dict)
+    since: str | None = None
+    limit: int = 50
+    description: str = ""
+
+
+class CollectionItem(_Model):
+    id: str
+    summary: str
+    tags: dict[str, Any] = Field(default_factory=dict)
+    created_at: str
+    score: float | None = None
+
+
+class CollectionRun(_Model):
+    name: str
+    items: list[CollectionItem]

@@ -3,7 +3,9 @@ memory (extra ``[mcp]``, built on the official ``mcp`` SDK).
 
     KEEPMEM_URL=... KEEPMEM_API_KEY=... keepmem-mcp      # or --url / --api-key / --project
 
-Tools: remember, recall, get, context, timeline, tag, forget, versions.
+Tools: remember, recall, get, context, timeline, tag, forget, versions;
+for coding-agent sessions: sessions, session_timeline, session_patterns,
+resume_context.
 Prompts: the project's prompt notes (``.prompt/agent/*``), rendered by
 keepmem. Resources: ``keepmem://now`` and ``keepmem://{id}``. A failed call
 is an MCP tool error carrying keepmem's message, never a result that looks
@@ -25,7 +27,9 @@ from keepmem_client._errors import AuthenticationError, KeepmemError, NotFoundEr
 INSTRUCTIONS = (
     "keepmem is your long-term memory. remember what is worth keeping (with tags), "
     "recall by meaning before answering, get or context for one note, tag to file, "
-    "forget what is wrong. Notes keep their history (versions)."
+    "forget what is wrong. Notes keep their history (versions). Coding sessions: "
+    "resume_context for where you left off in a directory, sessions and "
+    "session_timeline for what happened, session_patterns for recurring errors and fixes."
 )
 
 
@@ -42,11 +46,12 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
 
     server = MCPServer("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
-    async def call(coro: Any) -> str:
+    async def call(coro: Any, *, prose: bool = False) -> str:
         try:
-            return _text(await coro)
+            value = await coro
         except KeepmemError as exc:  # a tool error the agent sees, with keepmem's reason
             raise ToolError(str(exc)) from exc
+        return str(value) if prose else _text(value)
 
     @server.tool(description="Store a note (a new version if the id exists). Returns it.")
     async def remember(
@@ -88,6 +93,40 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     async def versions(id: str, limit: int = 10) -> str:
         return await call(_dump(km.versions(id, limit=limit)))
 
+    @server.tool(description="Recent coding sessions of the project (cwd: one directory's).")
+    async def sessions(cwd: str | None = None, limit: int = 20) -> str:
+        return await call(_dump_all(km.sessions(cwd=cwd, limit=limit)))
+
+    @server.tool(
+        description="A session's events, observations and checkpoints in order "
+        "(kind: one kind, e.g. tool_failure or checkpoint)."
+    )
+    async def session_timeline(session_id: str, kind: str | None = None, limit: int = 50) -> str:
+        return await call(_dump(km.session_timeline(session_id, kind=kind, limit=limit)))
+
+    @server.tool(
+        description="What recurs across sessions: errors, fixes, decisions, preferences "
+        "(kind: one of them)."
+    )
+    async def session_patterns(kind: str | None = None, limit: int = 20) -> str:
+        return await call(_dump_all(km.session_patterns(kind=kind, limit=limit)))
+
+    @server.tool(
+        description="Where you left off in a directory: the last checkpoint, open tasks, "
+        "recurring patterns."
+    )
+    async def resume_context(cwd: str = "", session_id: str | None = None) -> str:
+        async def block() -> str:
+            found = await km.resume_context(cwd=cwd, session_id=session_id)
+            if found.context:
+                return str(found.context)
+            # An empty block is an answer, not a failure: say which one it is.
+            if not found.inject:
+                return "(no resume context: injection is off for this project or session)"
+            return "(no resume context yet for this directory)"
+
+        return await call(block(), prose=True)
+
     async def read(coro: Any) -> str:
         # A resource read that fails is a protocol error: "not found" in the
         # SDK's convention for a missing note, keepmem's reason otherwise
@@ -126,6 +165,10 @@ class _Lazy:
 async def _dump(coro: Any) -> Any:
     value = await coro
     return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+async def _dump_all(coro: Any) -> list[Any]:
+    return [v.model_dump() for v in await coro]
 
 
 def _add_prompt(server: Any, km: Any, entry: dict[str, Any]) -> None:
