@@ -31,6 +31,8 @@ class Vendor:
     fail_times: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     summary: str = "A short summary from the model."
+    # (input, output) tokens a chat reply reports in its ``usage`` block; None: no block
+    usage: tuple[int, int] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reply(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
@@ -63,6 +65,7 @@ class Vendor:
             }
         if path.endswith("/chat/completions"):
             return 200, {
+                **self._usage("prompt_tokens", "completion_tokens"),
                 "id": "chatcmpl-1",
                 "object": "chat.completion",
                 "choices": [
@@ -75,6 +78,7 @@ class Vendor:
             }
         if path.endswith("/v1/messages"):
             return 200, {
+                **self._usage("input_tokens", "output_tokens"),
                 "id": "msg_1",
                 "type": "message",
                 "role": "assistant",
@@ -82,6 +86,12 @@ class Vendor:
                 "stop_reason": "end_turn",
             }
         return 404, {"error": "no such endpoint"}
+
+    def _usage(self, tokens_in: str, tokens_out: str) -> dict[str, Any]:
+        """A chat reply's ``usage`` block under the vendor's names, if one is set."""
+        if self.usage is None:
+            return {}
+        return {"usage": {tokens_in: self.usage[0], tokens_out: self.usage[1]}}
 
 
 class VendorServer:

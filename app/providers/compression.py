@@ -6,7 +6,6 @@ token usage is reported so the caller can hold a budget."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,10 +34,22 @@ class Compressed:
     tokens_in: int = 0
     tokens_out: int = 0
     was_refused: bool = False
+    #: Why the model could not be used (a permanent failure: bad key, model
+    #: or request); the rules' digest stands alone.
+    error: str = ""
 
     @classmethod
     def refused(cls) -> Compressed:
         return cls(was_refused=True)
+
+    @classmethod
+    def failed(cls, reason: str) -> Compressed:
+        return cls(error=reason[:300])
+
+    @property
+    def has_content(self) -> bool:
+        """Whether the model said anything the observation can use."""
+        return bool(self.title or self.facts or self.narrative)
 
 
 class Compressor(Protocol):
@@ -54,31 +65,61 @@ class Compressor(Protocol):
     async def aclose(self) -> None: ...
 
 
+def _line(value: Any, width: int) -> str:
+    """A string of the reply as one line (it becomes a fact, a title or a
+    tag value); anything else is nothing."""
+    if not isinstance(value, str):
+        return ""
+    return " ".join(value.split())[:width]
+
+
 def _strings(value: Any, limit: int, width: int = 300) -> list[str]:
+    # A blank value is dropped: as a tag value "" would delete the whole tag.
     if not isinstance(value, list):
         return []
-    return [str(v)[:width] for v in value if isinstance(v, str | int | float)][:limit]
+    lines = (_line(v, width) for v in value)
+    return list(dict.fromkeys(v for v in lines if v))[:limit]
+
+
+def _json_object(reply: str) -> dict[str, Any]:
+    """The first JSON object in ``reply`` (a model may wrap it in a code
+    fence or prose, braces included)."""
+    decoder = json.JSONDecoder()
+    start = reply.find("{")
+    for _ in range(20):  # brace after brace, but never without end
+        if start < 0:
+            break
+        try:
+            found, _end = decoder.raw_decode(reply, start)
+        except ValueError:
+            found = None
+        if isinstance(found, dict):
+            return found
+        start = reply.find("{", start + 1)
+    return {}
 
 
 def parse_reply(reply: str, tokens_in: int, tokens_out: int) -> Compressed:
     """The model's JSON (inside a code fence or prose, if it added one);
     anything missing or malformed is left empty, never invented."""
-    match = re.search(r"\{.*\}", reply, re.DOTALL)
-    try:
-        body = json.loads(match.group(0)) if match else {}
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
+    body = _json_object(reply)
+    narrative = body.get("narrative")
     return Compressed(
-        title=str(body.get("title") or "")[:200],
+        title=_line(body.get("title"), 200),
         facts=_strings(body.get("facts"), 12),
-        narrative=str(body.get("narrative") or "")[:2000],
+        narrative=narrative.strip()[:2000] if isinstance(narrative, str) else "",
         concepts=_strings(body.get("concepts"), 10, 60),
         files=_strings(body.get("files"), 30, 500),
         tokens_in=tokens_in,
         tokens_out=tokens_out,
     )
+
+
+def _count(value: Any, fallback: int) -> int:
+    """A token count of the reply's ``usage``, else our estimate."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return max(fallback, 0)
 
 
 class _Chat:
@@ -103,9 +144,10 @@ class _Chat:
         self._client = http or client(timeout)
 
     def estimate(self, text: str) -> int:
-        # About four characters a token for English and code, rounded up,
-        # plus the most the reply may take.
-        return (len(PROMPT) + len(text)) // 3 + MAX_OUTPUT_TOKENS
+        # English and code average about four characters a token; counting
+        # one per three (rounded up) keeps the estimate on the safe side of
+        # the budget. Plus the most the reply may take.
+        return -(-(len(PROMPT) + len(text)) // 3) + MAX_OUTPUT_TOKENS
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -140,11 +182,12 @@ class OpenAICompressor(_Chat):
             reply = str(body["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError) as exc:
             raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
-        usage = body.get("usage") or {}
+        usage = body.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         return parse_reply(
             reply,
-            int(usage.get("prompt_tokens") or self.estimate(text) - MAX_OUTPUT_TOKENS),
-            int(usage.get("completion_tokens") or len(reply) // 4),
+            _count(usage.get("prompt_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS),
+            _count(usage.get("completion_tokens"), -(-len(reply) // 4)),
         )
 
 
@@ -168,12 +211,22 @@ class AnthropicCompressor(_Chat):
         blocks = body.get("content")
         if not isinstance(blocks, list):
             raise PermanentError(f"anthropic: unexpected response {body!r:.200}")
-        reply = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        usage = body.get("usage") or {}
+        reply = "".join(
+            str(b.get("text") or "")
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+        usage = body.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        # Input read from or written to the prompt cache is billed too.
+        cached = sum(
+            _count(usage.get(name), 0)
+            for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
+        )
         return parse_reply(
             reply,
-            int(usage.get("input_tokens") or self.estimate(text) - MAX_OUTPUT_TOKENS),
-            int(usage.get("output_tokens") or len(reply) // 4),
+            _count(usage.get("input_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS) + cached,
+            _count(usage.get("output_tokens"), -(-len(reply) // 4)),
         )
 
 

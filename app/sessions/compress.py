@@ -16,6 +16,8 @@ from app.sessions.cleaning import render
 
 __all__ = ["Compressed", "Compressor", "budget_for", "events_text"]
 
+BLOCK_CHARS = 4000  # of one event
+
 
 def budget_for(project_budget: int | None, server_budget: int) -> int:
     """A project's daily token budget: its own setting, never above the server's."""
@@ -24,12 +26,13 @@ def budget_for(project_budget: int | None, server_budget: int) -> int:
 
 def events_text(events: Sequence[Mapping[str, Any]], max_chars: int) -> str:
     """The events as the model reads them: one rendered block each, the
-    newest kept when the batch is over ``max_chars``."""
+    newest kept when the batch is over ``max_chars`` (the newest one always,
+    cut to fit)."""
     blocks = [f"[{ev.get('kind')}] {render(ev)[0]}" for ev in events]
     out: list[str] = []
     size = 0
     for block in reversed(blocks):
-        block = block[:4000]
+        block = block[: min(BLOCK_CHARS, max_chars)]
         if size + len(block) > max_chars:
             break
         out.append(block)

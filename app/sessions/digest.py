@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,17 +20,22 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
 from app.notes import derived, reading, tagging
 from app.notes import writing as notes
+from app.providers.errors import PermanentError
 from app.sessions import observe
 from app.sessions import repository as repo
 from app.sessions.compress import Compressed, Compressor, budget_for, events_text
-from app.sessions.intake import session_note_id, slug
+from app.sessions.intake import DIGEST_PRIORITY, session_note_id, slug
 from app.sessions.settings import SessionSettings, settings_of
 from app.settings import Limits
 from app.tenancy import Scope
+
+log = logging.getLogger("keepmem.sessions")
 
 BATCH = 500  # inbox events per run; the rest are the next run's
 STOP_EVERY = 20  # a Stop checkpoints once this many events came since the last
@@ -90,13 +96,25 @@ async def load(
 async def compress(loaded: Loaded, compressor: Compressor | None) -> Compressed | None:
     """The model's condensation of the events, when one is configured and
     the project's budget for the day allows the call; else None (the rules'
-    digest stands alone)."""
+    digest stands alone).
+
+    A transient failure (timeout, 429, 5xx) propagates: the job is retried
+    and the inbox waits. A permanent one (bad key, unknown model, a refused
+    request) would fail every retry and every later digest of the project
+    alike, and the model is optional: the rules' digest goes on without it
+    (the job's result says the model failed; the worker's log says why)."""
     if compressor is None or not loaded.events:
         return None
     text = events_text([ev for _, ev in loaded.events], compressor.max_input_chars)
+    if not text.strip():
+        return None
     if compressor.estimate(text) > loaded.budget_left:
         return Compressed.refused()
-    return await compressor.compress(text)
+    try:
+        return await compressor.compress(text)
+    except PermanentError as exc:
+        log.warning("session compressor %s failed: %s", compressor.name, exc)
+        return Compressed.failed(f"{compressor.name}: {exc}")
 
 
 def _checkpoint_due(loaded: Loaded, trigger: str | None) -> str | None:
@@ -144,15 +162,9 @@ async def apply(
     trigger: str | None = None,
 ) -> dict[str, Any]:
     """Write what the events say and let them go (see the module's docstring)."""
-    row = await repo.get(session, scope, loaded.session_id, lock=True)
-    if row is None:
-        return {"skipped": "session deleted"}
-    events = [(s, ev) for s, ev in loaded.events if s > row.digested_seq]
-    d = observe.digest([ev for _, ev in events])
-    state = _carry(dict(row.state or {}), d)
-    out = Outcome()
     now = utcnow()
-    if compressed is not None:
+    # The call was made (and paid for) whatever became of the session since.
+    if compressed is not None and not compressed.error:
         await repo.add_spend(
             session,
             scope,
@@ -162,6 +174,13 @@ async def apply(
             tokens_out=compressed.tokens_out,
             refused=1 if compressed.was_refused else 0,
         )
+    row = await repo.get(session, scope, loaded.session_id, lock=True)
+    if row is None:
+        return {"skipped": "session deleted"}
+    events = [(s, ev) for s, ev in loaded.events if s > row.digested_seq]
+    d = observe.digest([ev for _, ev in events])
+    state = _carry(dict(row.state or {}), d)
+    out = Outcome()
     if events:
         await _observation(session, scope, loaded, events, d, compressed, limits, out)
         await _patterns(session, scope, loaded, d, now, limits, out)
@@ -184,7 +203,18 @@ async def apply(
         await repo.drop_from_inbox(
             session, scope, session_id=loaded.session_id, through=events[-1][0]
         )
-    return {
+    if loaded.more:
+        # The inbox holds more than one run takes: the rest is the next job's
+        # (intake queues none until the session sends again, maybe never).
+        await jobs.enqueue(
+            session,
+            scope,
+            kind=JobKind.SESSION_DIGEST,
+            note_id=session_note_id(loaded.session_id),
+            payload={"session_id": loaded.session_id},
+            priority=DIGEST_PRIORITY,
+        )
+    result: dict[str, Any] = {
         "events": len(events),
         "observations": out.observations,
         "patterns": out.patterns,
@@ -192,6 +222,13 @@ async def apply(
         "tasks": out.tasks,
         "more": loaded.more,
     }
+    if compressed is not None:
+        # The failure's detail is in the worker's log: it is the operator's
+        # configuration, not the tenant's.
+        result["model"] = (
+            "refused" if compressed.was_refused else "failed" if compressed.error else "used"
+        )
+    return result
 
 
 def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
@@ -213,10 +250,13 @@ async def _observation(
     concepts: list[str] = []
     files = observe.unique([*d.changed, *d.read])
     narrative = ""
-    if compressed is not None and not compressed.was_refused:
-        title, facts = compressed.title or title, compressed.facts or facts
-        narrative, concepts = compressed.narrative, compressed.concepts
-        files = observe.unique([*compressed.files, *files])
+    # What the model left empty (a garbled reply leaves it all empty) is the
+    # rules' to say.
+    model = compressed if compressed is not None and compressed.has_content else None
+    if model is not None:
+        title, facts = model.title or title, model.facts or facts
+        narrative, concepts = model.narrative, model.concepts
+        files = observe.unique([*model.files, *files])
     if not facts and not narrative:
         return
     body = "\n".join([title, *(f"- {f}" for f in facts), *([narrative] if narrative else [])])
@@ -224,7 +264,7 @@ async def _observation(
         "session": loaded.session_id,
         "kind": "observation",
         "platform": loaded.platform,
-        "source": "llm" if narrative else "rules",
+        "source": "rules" if model is None else "llm",
     }
     if files:
         tags["file"] = files[:20]

@@ -14,6 +14,7 @@ router = api_router(prefix="/v1", tags=["usage"])
 
 @router.get("/usage", response_model=Usage, summary="Usage and quotas")
 async def usage(request: Request, scope: AdminScope, session: SessionDep) -> Usage:
-    """What the tenant holds and did today, and the quotas the operator set
+    """What the tenant holds and did today (including the model tokens spent
+    on compressing coding-agent sessions), and the quotas the operator set
     (past one, writes get 403 or, for a daily quota, 429 naming it)."""
     return Usage(**await service.usage(session, scope, redis=request.app.state.redis))

@@ -34,9 +34,22 @@ class QuotaChanges(Quotas):
         return self.model_dump(include=self.model_fields_set)
 
 
+class ModelSpend(BaseModel):
+    """Calls to the server's model and the tokens they took, as the model's
+    replies reported them."""
+
+    calls: int = Field(description="Model calls made.")
+    tokens_in: int = Field(description="Input (prompt) tokens.")
+    tokens_out: int = Field(description="Output (completion) tokens.")
+
+
 class Usage(BaseModel):
     notes: int = Field(description="Notes stored (every project).")
     bytes: int = Field(description="Bytes stored: summaries, tags and held content.")
     requests_today: int | None = Field(description="API requests since 00:00 UTC.")
     jobs_today: int = Field(description="Background jobs queued since 00:00 UTC.")
+    model_tokens_today: ModelSpend = Field(
+        description="Model spend on compressing coding-agent sessions since 00:00 UTC, "
+        "every project (each project's own, with its budget: `GET /v1/sessions/spend`)."
+    )
     quotas: Quotas

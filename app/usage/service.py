@@ -43,11 +43,13 @@ async def check_jobs(session: AsyncSession, tenant: TenantScope, *, limit: int) 
 async def usage(session: AsyncSession, tenant: TenantScope, *, redis: Any) -> dict[str, Any]:
     notes, stored = await repo.stored(session, tenant)
     quotas = await tenants_repo.quotas(session, tenant)
+    today = utcnow().date()
     return {
         "notes": notes,
         "bytes": stored,
         "requests_today": await ratelimit.requests_today(redis, tenant.tenant_id),
-        "jobs_today": await repo.jobs_on(session, tenant, utcnow().date()),
+        "jobs_today": await repo.jobs_on(session, tenant, today),
+        "model_tokens_today": await repo.model_spend_on(session, tenant, today),
         "quotas": {QUOTA_NAMES[k]: v for k, v in quotas.items()},
     }
 
