@@ -10,6 +10,7 @@ import re
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, NotFound
+from app.kit.timeutil import parse_when
 from app.notes import reading
 from app.providers.embedding.base import Embedder, QueryCache
 from app.search import service as search
@@ -40,6 +41,8 @@ async def save(
     session: AsyncSession, scope: Scope, *, name: str, data: CollectionIn
 ) -> CollectionOut:
     whole_project(scope)
+    if data.since:
+        parse_when(data.since)  # a 400 naming the value when it is not a time
     query = data.model_dump(exclude={"description"})
     await repo.put_collection(
         session, scope, name=_name(name), query=query, description=data.description

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.kit.timeutil import parse_timestamp
 from app.wire import DateTimeText
 
 Platform = Literal["claude-code", "codex", "gemini", "kimi", "other"]
@@ -29,8 +30,8 @@ SessionIdText = Annotated[
     Field(
         min_length=1,
         max_length=200,
-        pattern=r"^[^\s/]+$",
-        description="The host's session id (no spaces or slashes).",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+=~-]*$",
+        description="The host's session id: letters, digits and . _ : @ + = ~ -.",
     ),
 ]
 Short = Annotated[str, Field(max_length=200)]
@@ -43,7 +44,7 @@ MAX_EVENTS = 100
 class EventIn(BaseModel):
     """One hook event in the normalised shape every host is adapted to."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     platform: Platform
     session_id: SessionIdText
@@ -70,9 +71,16 @@ class EventIn(BaseModel):
     original_chars: int | None = Field(default=None, ge=0)
     original_lines: int | None = Field(default=None, ge=0)
 
+    @field_validator("at")
+    @classmethod
+    def _instant(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_timestamp(value)  # ValueError: a 422 naming the field
+        return value
+
 
 class EventBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     events: list[EventIn] = Field(min_length=1, max_length=MAX_EVENTS)
 
@@ -109,7 +117,7 @@ class SessionList(BaseModel):
 
 
 class SessionPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     capture: bool | None = None
     inject: bool | None = None
@@ -118,7 +126,7 @@ class SessionPatch(BaseModel):
 class ProjectSessionSettings(BaseModel):
     """A project's session settings (every field optional on write)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     capture: bool | None = Field(default=None, description="Store hook events at all.")
     inject: bool | None = Field(default=None, description="Hand resume context to hooks.")
@@ -180,19 +188,23 @@ class ResumeOut(BaseModel):
 
 
 class CheckpointRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     note: str | None = Field(default=None, max_length=10_000, description="What to record.")
 
 
 class CollectionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     query: str = Field(default="", max_length=2000, description="Words to find (empty: all).")
     tags: dict[Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=500)]] = (
         Field(default_factory=dict, max_length=20)
     )
-    since: DateTimeText | None = None
+    since: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Only notes since then: an ISO-8601 instant or a duration back (P7D).",
+    )
     limit: int = Field(default=50, ge=1, le=500)
     description: str = Field(default="", max_length=500)
 
