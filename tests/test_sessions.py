@@ -304,3 +304,68 @@ async def test_excluded_paths_keep_the_call_not_the_content(client, tenant, tool
     assert r.json()["notes"] == []
     items = (await client.get(f"/v1/sessions/{sid}/timeline", headers=tenant.headers)).json()
     assert "not stored" in items["items"][0]["summary"]
+
+
+async def test_a_quiet_session_is_checkpointed(client, tenant, make_pipeline, db) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from app.sessions import service as sessions
+    from app.tenancy import scope_for_job
+
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    long_ago = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
+    await send(client, tenant, ev(sid, "prompt", prompt="tidy the checkout", at=long_ago))
+    await digest(make_pipeline, client, tenant)
+    r = await client.get(f"/v1/sessions/{sid}/checkpoints", headers=tenant.headers)
+    assert r.json()["checkpoints"] == []  # nothing said it was time yet
+    async with tenancy.system_transaction(db) as s:
+        quiet = await sessions.idle_sessions(s, idle_minutes=30, limit=10_000)
+        mine = [(t, p, i) for t, p, i in quiet if i == sid]
+        assert len(mine) == 1
+        await sessions.checkpoint_idle(s, scope_for_job(mine[0][0], mine[0][1]), session_id=sid)
+    await digest(make_pipeline, client, tenant)
+    (cp,) = (await client.get(f"/v1/sessions/{sid}/checkpoints", headers=tenant.headers)).json()[
+        "checkpoints"
+    ]
+    assert cp["trigger"] == "idle" and "tidy the checkout" in cp["text"]
+    async with tenancy.system_transaction(db) as s:
+        again = await sessions.idle_sessions(s, idle_minutes=30, limit=10_000)
+    assert sid not in [i for _, _, i in again]  # checkpointed: not swept again
+
+
+async def test_a_stop_checkpoints_after_enough_new_events(client, tenant, make_pipeline) -> None:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    steps = [
+        ev(sid, "tool_result", tool_name="Bash", tool_input={"command": f"echo {i}"},
+           tool_output=f"step {i}")
+        for i in range(5)
+    ]  # fmt: skip
+    await send(client, tenant, *steps, ev(sid, "stop", message="Done with five steps."))
+    await digest(make_pipeline, client, tenant)
+    r = await client.get(f"/v1/sessions/{sid}/checkpoints", headers=tenant.headers)
+    assert r.json()["checkpoints"] == []  # a Stop after a few events is not worth one
+    many = [
+        ev(sid, "tool_result", tool_name="Bash", tool_input={"command": f"echo {i}"},
+           tool_output=f"step {i}")
+        for i in range(5, 25)
+    ]  # fmt: skip
+    await send(client, tenant, *many, ev(sid, "stop", message="Decided to use Decimal for money."))
+    await digest(make_pipeline, client, tenant)
+    (cp,) = (await client.get(f"/v1/sessions/{sid}/checkpoints", headers=tenant.headers)).json()[
+        "checkpoints"
+    ]
+    assert cp["trigger"] == "stop" and "use Decimal for money" in cp["text"]
+
+
+async def test_a_checkpoint_on_request(client, tenant, make_pipeline) -> None:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    await send(client, tenant, ev(sid, "prompt", prompt="port the cart to Decimal"))
+    r = await client.post(
+        f"/v1/sessions/{sid}/checkpoint", json={"note": "pausing here"}, headers=tenant.headers
+    )
+    assert r.status_code == 202, r.text
+    await digest(make_pipeline, client, tenant)
+    (cp,) = (await client.get(f"/v1/sessions/{sid}/checkpoints", headers=tenant.headers)).json()[
+        "checkpoints"
+    ]
+    assert cp["trigger"] == "request"
