@@ -110,11 +110,18 @@ async def test_bad_input_stores_nothing(client, tenant) -> None:
         {"events": [{**ev(sid, "prompt"), "extra": 1}]},
         {"events": [ev("a" * 201, "prompt")]},
         {"events": [ev(sid, "prompt", tool_name="x" * 201)]},
+        {"events": [ev(sid, "tool_result", original_chars="12")]},
+        {"events": [ev(sid, "tool_failure", is_interrupt="yes")]},
+        {"events": [ev("a b", "prompt")]},
     ]
     for body in bad:
         r = await client.post("/v1/sessions/events", json=body, headers=tenant.headers)
         assert r.status_code == 422, (body, r.text)
         assert r.json()["error"]
+    for at in ("yesterday", "0168-06-02T07:33:16Z"):
+        body = {"events": [ev(sid, "prompt", prompt="a"), ev(sid, "prompt", at=at)]}
+        r = await client.post("/v1/sessions/events", json=body, headers=tenant.headers)
+        assert r.status_code == 400 and "events[1].at" in r.json()["error"], r.text
     r = await client.get(f"/v1/sessions/{sid}", headers=tenant.headers)
     assert r.status_code == 404 and r.json()["code"] == "session_not_found"
 

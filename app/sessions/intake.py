@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import OutsideScope
+from app.errors import BadRequest, OutsideScope
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.timeutil import parse_timestamp, utcnow
@@ -86,13 +86,20 @@ def _noise(ev: EventIn) -> bool:
 
 
 def _when(ev: EventIn, now: datetime) -> datetime:
-    if ev.at:
-        try:
-            at = parse_timestamp(ev.at)
-        except ValueError:
-            return now
-        return min(at, now)  # a clock ahead of ours does not reorder the future
+    if ev.at is not None:
+        # Checked before anything is written (``_check_times``).
+        return min(parse_timestamp(ev.at), now)  # a clock ahead of ours reorders nothing
     return now
+
+
+def _check_times(events: Sequence[EventIn]) -> None:
+    """A 400 naming the first event whose time cannot be read: nothing stored."""
+    for i, ev in enumerate(events):
+        if ev.at is not None:
+            try:
+                parse_timestamp(ev.at)
+            except ValueError as exc:
+                raise BadRequest(f"events[{i}].at: {exc}") from exc
 
 
 def _tags(ev: Mapping[str, Any], session_id: str) -> dict[str, Any]:
@@ -118,6 +125,7 @@ async def intake(
 ) -> IntakeOut:
     """Store a batch of hook events (see the module's docstring)."""
     whole_project(scope)
+    _check_times(events)
     conf = await settings_of(session, scope)
     now = utcnow()
     by_session: dict[str, list[EventIn]] = {}

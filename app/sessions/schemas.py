@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
-from app.kit.timeutil import parse_timestamp
 from app.wire import DateTimeText
 
 Platform = Literal["claude-code", "codex", "gemini", "kimi", "other"]
@@ -35,16 +34,31 @@ SessionIdText = Annotated[
     ),
 ]
 Short = Annotated[str, Field(max_length=200)]
-# Long text is cut to a preview by the service, never refused; a cap far
-# above any preview keeps one event from holding the whole request.
-LongText = Annotated[str, Field(max_length=1_000_000)]
+# Long text is cut to a preview by the service, never refused: the request
+# body's size limit (413) is its only bound.
+LongText = str
 MAX_EVENTS = 100
+
+
+def _number(value: Any) -> Any:
+    """JSON's integers only: 3 and 3.0, not "3" or true (pydantic's lax
+    mode would take those)."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+# Integer fields that refuse text and booleans, with their bounds.
+NonNegative = Annotated[int, Field(ge=0), BeforeValidator(_number)]
+ResumeChars = Annotated[int, Field(ge=500, le=10_000), BeforeValidator(_number)]
+TokensPerDay = Annotated[int, Field(ge=0, le=100_000_000), BeforeValidator(_number)]
+CollectionLimit = Annotated[int, Field(ge=1, le=500), BeforeValidator(_number)]
 
 
 class EventIn(BaseModel):
     """One hook event in the normalised shape every host is adapted to."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
     platform: Platform
     session_id: SessionIdText
@@ -56,7 +70,7 @@ class EventIn(BaseModel):
     tool_output: dict[str, Any] | list[Any] | LongText | None = None
     tool_use_id: Short | None = None
     error: LongText | None = None
-    is_interrupt: bool | None = None
+    is_interrupt: StrictBool | None = None
     prompt: LongText | None = None
     message: LongText | None = None
     trigger: Short | None = None
@@ -68,19 +82,12 @@ class EventIn(BaseModel):
     agent_type: Short | None = None
     turn_id: Short | None = None
     model: Short | None = None
-    original_chars: int | None = Field(default=None, ge=0)
-    original_lines: int | None = Field(default=None, ge=0)
-
-    @field_validator("at")
-    @classmethod
-    def _instant(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_timestamp(value)  # ValueError: a 422 naming the field
-        return value
+    original_chars: NonNegative | None = None
+    original_lines: NonNegative | None = None
 
 
 class EventBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
     events: list[EventIn] = Field(min_length=1, max_length=MAX_EVENTS)
 
@@ -117,27 +124,27 @@ class SessionList(BaseModel):
 
 
 class SessionPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
-    capture: bool | None = None
-    inject: bool | None = None
+    capture: StrictBool | None = None
+    inject: StrictBool | None = None
 
 
 class ProjectSessionSettings(BaseModel):
     """A project's session settings (every field optional on write)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
-    capture: bool | None = Field(default=None, description="Store hook events at all.")
-    inject: bool | None = Field(default=None, description="Hand resume context to hooks.")
+    capture: StrictBool | None = Field(default=None, description="Store hook events at all.")
+    inject: StrictBool | None = Field(default=None, description="Hand resume context to hooks.")
     excludes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         default=None,
         max_length=50,
         description="Path globs whose content is never stored (default: "
         "`*.env*`, `*secret*`, `secrets/`).",
     )
-    resume_chars: int | None = Field(default=None, ge=500, le=10_000)
-    llm_tokens_per_day: int | None = Field(default=None, ge=0, le=100_000_000)
+    resume_chars: ResumeChars | None = None
+    llm_tokens_per_day: TokensPerDay | None = None
 
 
 class TimelineItem(BaseModel):
@@ -188,13 +195,13 @@ class ResumeOut(BaseModel):
 
 
 class CheckpointRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
     note: str | None = Field(default=None, max_length=10_000, description="What to record.")
 
 
 class CollectionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
 
     query: str = Field(default="", max_length=2000, description="Words to find (empty: all).")
     tags: dict[Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=500)]] = (
@@ -205,7 +212,7 @@ class CollectionIn(BaseModel):
         max_length=64,
         description="Only notes since then: an ISO-8601 instant or a duration back (P7D).",
     )
-    limit: int = Field(default=50, ge=1, le=500)
+    limit: CollectionLimit = 50
     description: str = Field(default="", max_length=500)
 
 
