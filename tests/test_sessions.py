@@ -48,7 +48,7 @@ def failing_test(sid: str, n: int, line: int) -> dict[str, Any]:
     )
 
 
-async def test_events_become_notes_without_secrets(client, tenant) -> None:
+async def test_events_become_notes_without_secrets(client, tenant, make_pipeline) -> None:
     sid = f"s-{uuid.uuid4().hex[:8]}"
     out = await send(
         client,
@@ -66,17 +66,19 @@ async def test_events_become_notes_without_secrets(client, tenant) -> None:
         ),
     )
     assert out["accepted"] == 3 and out["dropped"] == 1  # the PreToolUse is noise
+    await digest(make_pipeline, client, tenant)  # the worker stores the events as notes
     listed = await client.get(
         "/v1/notes", params={"tag": f"session={sid}", "limit": 50}, headers=tenant.headers
     )
     assert listed.status_code == 200, listed.text
     body = listed.text
-    assert len(listed.json()["notes"]) == 2
+    events = [n for n in listed.json()["notes"] if "event" in n["tags"]]
+    assert sorted(n["tags"]["event"] for n in events) == ["prompt", "tool_result"]
     for secret in (AWS, "hunter2-very-secret", OPENAI, "4111", "You are Claude"):
         assert secret not in body
 
 
-async def test_a_long_output_is_kept_as_a_preview(client, tenant) -> None:
+async def test_a_long_output_is_kept_as_a_preview(client, tenant, make_pipeline) -> None:
     sid = f"s-{uuid.uuid4().hex[:8]}"
     big = "\n".join(f"line {i} of the build log" for i in range(9000))
     await send(
@@ -84,6 +86,7 @@ async def test_a_long_output_is_kept_as_a_preview(client, tenant) -> None:
         tenant,
         ev(sid, "tool_result", tool_name="Bash", tool_input={"command": "make"}, tool_output=big),
     )
+    await digest(make_pipeline, client, tenant)
     r = await client.get(f"/v1/sessions/{sid}/timeline", headers=tenant.headers)
     assert r.status_code == 200, r.text
     (item,) = r.json()["items"]
@@ -296,13 +299,16 @@ async def test_lifecycle_events_count_on_the_session(client, tenant, kind) -> No
     [{"command": "cat .env"}, {"file_path": "/srv/app/secrets/db.txt"},
      {"file_path": "config/my-secret-token.json"}, {"command": "less deploy/.env.production"}],
 )  # fmt: skip
-async def test_excluded_paths_keep_the_call_not_the_content(client, tenant, tool_input) -> None:
+async def test_excluded_paths_keep_the_call_not_the_content(
+    client, tenant, make_pipeline, tool_input
+) -> None:
     sid = f"s-{uuid.uuid4().hex[:8]}"
     await send(
         client,
         tenant,
         ev(sid, "tool_result", tool_name="Bash", tool_input=tool_input, tool_output="DB=xyzzy42"),
     )
+    await digest(make_pipeline, client, tenant)
     r = await client.post(
         "/v1/search",
         json={"query": "xyzzy42", "stages": "text", "tags": {"session": sid}},

@@ -298,14 +298,13 @@ async def test_capture_returns_before_the_event_reaches_keepmem(
     assert hook.capture("claude-code", "PostToolUse", payload) == ""
     returned = time.time()
     hook.drain()
-    note_id = f"session/{sid}/000001"
     async with tenancy.tenant_id_transaction(db, tenant.id) as s:
         arrived = await s.scalar(
             text(
-                "SELECT extract(epoch FROM min(created_at)) FROM changes "
-                "WHERE tenant_id = :t AND entity_id = :n"
+                "SELECT extract(epoch FROM min(received_at)) FROM session_inbox "
+                "WHERE tenant_id = :t AND session_id = :s"
             ),
-            {"t": tenant.id, "n": note_id},
+            {"t": tenant.id, "s": sid},
         )
     assert arrived is not None, "the event never arrived"
     assert float(arrived) > returned, (float(arrived), returned)

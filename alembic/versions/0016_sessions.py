@@ -95,6 +95,7 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
             session_id text NOT NULL,
             seq integer NOT NULL,
             event jsonb NOT NULL,
+            received_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (tenant_id, project_id, session_id, seq),
             {PROJECT_FK}
         )

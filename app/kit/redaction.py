@@ -75,13 +75,22 @@ class Report:
         return bool(self.redacted or self.private_spans)
 
 
-def clean(text: str, report: Report | None = None) -> str:
-    """``text`` without private spans and with secrets replaced by markers."""
+def clean_spans(text: str, report: Report | None = None) -> str:
+    """``text`` without the redactions that may run over many lines (private
+    spans, private key blocks): what must see the whole text before a
+    caller keeps only parts of it."""
     report = report if report is not None else Report()
     text, n = _PRIVATE.subn("", text)
     report.private_spans += n
     text, n = _KEY_BLOCK.subn(marker("private-key"), text)
     report.add("private-key", n)
+    return text
+
+
+def clean(text: str, report: Report | None = None) -> str:
+    """``text`` without private spans and with secrets replaced by markers."""
+    report = report if report is not None else Report()
+    text = clean_spans(text, report)
     for kind, pattern in _TOKENS:
         text, n = pattern.subn(marker(kind), text)
         report.add(kind, n)

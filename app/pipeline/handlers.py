@@ -399,6 +399,9 @@ async def session_digest(run: JobRun) -> None:
             session, run.scope, loaded, compressed, limits=p.settings.limits,
             trigger=run.job.payload.get("trigger"),
         )  # fmt: skip
+    # Apart: a find runs here, and the digest's locks (usage counts, the
+    # session row) should not wait for it.
+    async with run.transaction() as session:
         await sessions.refresh_resume(
             session, run.scope, cwd=loaded.cwd, embedder=p.embedder, cache=p.query_cache
         )

@@ -64,6 +64,29 @@ def preview(text: str, limit: int) -> tuple[str, bool]:
     return head + middle + tail, True
 
 
+# Secrets are matched in a margin beyond each kept window, so one that
+# straddles the cut is still whole when it is replaced.
+MARGIN = 2048
+
+
+def clean_long(text: str, limit: int, report: redaction.Report) -> tuple[str, bool]:
+    """``text`` cleaned and, when over ``limit``, cut to its head and tail.
+
+    Spans that may run over many lines (private spans, key blocks, the
+    host's reminders) are removed from the whole text first; the token
+    patterns then run only over what is kept and its margins, so a
+    100,000-character output costs what a 4,000-character one does."""
+    text = redaction.clean_spans(_REMINDER.sub("", text), report)
+    if len(text) <= limit + 2 * MARGIN:
+        return preview(redaction.clean(text, report), limit)
+    head_n, tail_n = limit * 2 // 3, limit // 3
+    head = redaction.clean(text[: head_n + MARGIN], report)[:head_n]
+    tail = redaction.clean(text[-(tail_n + MARGIN) :], report)[-tail_n:]
+    cut = len(text) - head_n - tail_n
+    middle = f"\n[... {cut} characters, {text.count(chr(10)) + 1} lines in all; cut ...]\n"
+    return head + middle + tail, True
+
+
 def _clean_value(value: Any, report: redaction.Report) -> Any:
     if isinstance(value, str):
         return redaction.clean(_REMINDER.sub("", value), report)
@@ -79,7 +102,20 @@ def clean_event(event: Mapping[str, Any], *, excludes: Sequence[str]) -> dict[st
     fields cut to previews (``original_chars`` / ``original_lines`` say how
     big the tool output was)."""
     report = redaction.Report()
-    out = {k: _clean_value(v, report) for k, v in event.items() if v is not None}
+    out: dict[str, Any] = {}
+    for name, value in event.items():
+        if value is None:
+            continue
+        limit = FIELD_LIMITS.get(name, PREVIEW_CHARS)
+        text = _as_text(value) if name in LONG_FIELDS else ""
+        if len(text) > limit:
+            # Kept as a preview: only its text, cleaned where it is kept.
+            out[name], _ = clean_long(text, limit, report)
+            if name == "tool_output":
+                out.setdefault("original_chars", len(text))
+                out.setdefault("original_lines", text.count("\n") + 1)
+        else:
+            out[name] = _clean_value(value, report)
     named = [*paths_in(out.get("tool_input")), *command_of(out.get("tool_input")).split()]
     if any(excluded(p.strip("'\"<>;|&()"), excludes) for p in named if p):
         files = paths_in(out.get("tool_input"))
@@ -88,17 +124,6 @@ def clean_event(event: Mapping[str, Any], *, excludes: Sequence[str]) -> dict[st
         out["tool_input"] = {"file_path": files[0]} if files else {"command": cmd[:500]}
         out["tool_output"] = EXCLUDED
         out["excluded"] = True
-    for name in LONG_FIELDS:
-        if name not in out:
-            continue
-        text = _as_text(out[name])
-        limit = FIELD_LIMITS.get(name, PREVIEW_CHARS)
-        if len(text) > limit:
-            cut, _ = preview(text, limit)
-            if name == "tool_output":
-                out.setdefault("original_chars", len(text))
-                out.setdefault("original_lines", text.count("\n") + 1)
-            out[name] = cut
     if report.changed:
         out["redacted"] = sum(report.redacted.values()) + report.private_spans
     return out

@@ -3,9 +3,10 @@ recurring patterns, a checkpoint when one is due (its open tasks become
 keep's open commitments), and the project's resume block.
 
 ``load`` reads the inbox, ``compress`` (a model, optional, outside any
-transaction) condenses it, ``apply`` writes everything and empties the
-inbox in one transaction: a crash in between loses nothing, and a second
-run of the same job finds an empty inbox.
+transaction) condenses it, ``apply`` stores the events as notes (through
+the notes domain), writes what they say and empties the inbox in one
+transaction: a crash in between loses nothing, and a second run of the same
+job finds an empty inbox.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
 from app.notes import derived, reading, tagging
 from app.notes import writing as notes
+from app.notes.batch import MAX_BATCH, put_many
 from app.providers.errors import PermanentError
 from app.sessions import observe
 from app.sessions import repository as repo
 from app.sessions.compress import Compressed, Compressor, budget_for, events_text
-from app.sessions.intake import DIGEST_PRIORITY, session_note_id, slug
+from app.sessions.intake import DIGEST_PRIORITY, NOTE_KINDS, event_note, session_note_id, slug
 from app.sessions.settings import SessionSettings, settings_of
 from app.settings import Limits
 from app.tenancy import Scope
@@ -181,6 +183,7 @@ async def apply(
     d = observe.digest([ev for _, ev in events])
     state = _carry(dict(row.state or {}), d)
     out = Outcome()
+    await _store_events(session, scope, loaded.session_id, events, limits)
     if events:
         await _observation(session, scope, loaded, events, d, compressed, limits, out)
         await _patterns(session, scope, loaded, d, now, limits, out)
@@ -203,9 +206,11 @@ async def apply(
         await repo.drop_from_inbox(
             session, scope, session_id=loaded.session_id, through=events[-1][0]
         )
-    if loaded.more:
-        # The inbox holds more than one run takes: the rest is the next job's
-        # (intake queues none until the session sends again, maybe never).
+    processed = events[-1][0] if events else row.digested_seq
+    if loaded.more or row.next_seq > processed:
+        # Events this run did not take (more than a batch, or sent while it
+        # ran: intake saw this job taken and may have queued none, or its
+        # job waits and is superseded by this one).
         await jobs.enqueue(
             session,
             scope,
@@ -229,6 +234,25 @@ async def apply(
             "refused" if compressed.was_refused else "failed" if compressed.error else "used"
         )
     return result
+
+
+async def _store_events(
+    session: AsyncSession,
+    scope: Scope,
+    session_id: str,
+    events: Sequence[tuple[int, dict[str, Any]]],
+    limits: Limits,
+) -> None:
+    """The events worth a note, stored through the notes domain (a refused
+    one, say past a quota, is logged: the digest goes on)."""
+    puts = [event_note(session_id, s, ev) for s, ev in events if ev["kind"] in NOTE_KINDS]
+    for start in range(0, len(puts), MAX_BATCH):
+        stored = await put_many(
+            session, scope, items=puts[start : start + MAX_BATCH], limits=limits
+        )
+        for item in stored:
+            if item.error is not None:
+                log.warning("session %s: an event note was refused: %s", session_id, item.error)
 
 
 def _json_ready(values: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Event intake: the only thing a hook's call waits for.
 
-A batch is cleaned, numbered per session, stored as notes through the notes
-domain (so find, versions, tags, export, the change feed and SSE see every
-event) and put in the digest inbox; one digest job per session is queued in
-the same transaction. Nothing slow runs here: observations, patterns,
-checkpoints and the resume block are the worker's.
+A batch is cleaned, numbered per session and put in the session's inbox;
+a digest job is queued in the same transaction unless one is already
+waiting. Nothing else runs here: the worker's digest stores the events as
+notes through the notes domain (so find, versions, tags, export, the change
+feed and SSE see every event) and makes observations, patterns,
+checkpoints and the resume block.
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from app.errors import BadRequest, OutsideScope
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit.timeutil import parse_timestamp, utcnow
-from app.notes import batch as notes_batch
 from app.notes.writing import PutInput
 from app.sessions import cleaning, observe
 from app.sessions import repository as repo
 from app.sessions.schemas import EventIn, IntakeOut, SessionState
 from app.sessions.settings import SessionSettings, settings_of
-from app.settings import Limits
 from app.tenancy import Scope
 
 # Events kept as notes; the others only count, or feed the digest.
@@ -120,9 +119,7 @@ def _tags(ev: Mapping[str, Any], session_id: str) -> dict[str, Any]:
     return tags
 
 
-async def intake(
-    session: AsyncSession, scope: Scope, *, events: Sequence[EventIn], limits: Limits
-) -> IntakeOut:
+async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventIn]) -> IntakeOut:
     """Store a batch of hook events (see the module's docstring)."""
     whole_project(scope)
     _check_times(events)
@@ -132,7 +129,6 @@ async def intake(
     for ev in events:
         by_session.setdefault(ev.session_id, []).append(ev)
     accepted = dropped = 0
-    puts: list[PutInput] = []
     states = []
     for session_id, group in by_session.items():
         kept = [ev for ev in group if not _noise(ev)]
@@ -170,13 +166,9 @@ async def intake(
             clean = cleaning.clean_event(ev.model_dump(exclude_none=True), excludes=conf.excludes)
             clean["at"] = _when(ev, now).isoformat()
             inbox.append((seq, clean))
-            if ev.kind in NOTE_KINDS:
-                puts.append(_note(session_id, seq, clean))
         await repo.add_to_inbox(session, scope, session_id=session_id, events=inbox)
         if kept:
             await _queue_digest(session, scope, session_id)
-    if puts:
-        await notes_batch.put_many(session, scope, items=puts, limits=limits)
     return IntakeOut(accepted=accepted, dropped=dropped, sessions=states)
 
 
@@ -213,17 +205,24 @@ async def record_request(
 
 
 async def _queue_digest(session: AsyncSession, scope: Scope, session_id: str) -> None:
+    """A digest for the session, unless one is waiting (it will read what
+    this transaction adds: the session's row lock orders them)."""
+    note_id = session_note_id(session_id)
+    if await jobs.waiting(session, scope, kind=JobKind.SESSION_DIGEST, note_id=note_id):
+        return
     await jobs.enqueue(
         session,
         scope,
         kind=JobKind.SESSION_DIGEST,
-        note_id=session_note_id(session_id),
+        note_id=note_id,
         payload={"session_id": session_id},
         priority=DIGEST_PRIORITY,
+        supersede=False,
     )
 
 
-def _note(session_id: str, seq: int, event: Mapping[str, Any]) -> PutInput:
+def event_note(session_id: str, seq: int, event: Mapping[str, Any]) -> PutInput:
+    """The note an event is stored as."""
     content, summary = cleaning.render(event)
     return PutInput(
         id=f"{session_note_id(session_id)}/{seq:06d}",

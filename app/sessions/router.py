@@ -37,13 +37,12 @@ CollectionName = Annotated[str, Path(max_length=100, description="The collection
 
 
 @router.post("/sessions/events", status_code=202, response_model=IntakeOut)
-async def post_events(
-    body: EventBatch, scope: WriteScope, session: SessionDep, limits: LimitsDep
-) -> IntakeOut:
+async def post_events(body: EventBatch, scope: WriteScope, session: SessionDep) -> IntakeOut:
     """Take a batch of hook events (1-100) in the normalised shape
-    (``docs/sessions-contract.md``). Stored as notes and queued for the
-    worker's digest; nothing slow runs before the answer."""
-    return await intake.intake(session, scope, events=body.events, limits=limits)
+    (``docs/sessions-contract.md``): cleaned, numbered and queued for the
+    worker, which stores them as notes and digests them. Nothing slow runs
+    before the answer."""
+    return await intake.intake(session, scope, events=body.events)
 
 
 @router.get("/sessions", response_model=SessionList)
