@@ -382,3 +382,55 @@ async def test_a_checkpoint_on_request(client, tenant, make_pipeline) -> None:
         "checkpoints"
     ]
     assert cp["trigger"] == "request"
+
+
+async def test_events_sent_while_a_digest_runs_are_digested_next(
+    client, tenant, make_pipeline
+) -> None:
+    """Intake queues no digest while one waits; a digest that took its
+    batch before more arrived queues the next one itself: nothing strands."""
+    from app.sessions import digest as digesting
+    from app.tenancy import scope_for_job
+
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    await send(client, tenant, ev(sid, "prompt", prompt="first batch"))
+    jobs = (await client.get("/v1/jobs", params={"kind": "session_digest", "status": "pending"},
+                             headers=tenant.headers)).json()["jobs"]  # fmt: skip
+    mine = [j for j in jobs if j["note_id"] == f"session/{sid}"]
+    assert len(mine) == 1
+    # A second batch while that digest waits: no second job.
+    await send(client, tenant, ev(sid, "prompt", prompt="second batch"))
+    jobs = (await client.get("/v1/jobs", params={"kind": "session_digest", "status": "pending"},
+                             headers=tenant.headers)).json()["jobs"]  # fmt: skip
+    assert len([j for j in jobs if j["note_id"] == f"session/{sid}"]) == 1
+    # A digest that loaded its batch before a third one arrived.
+    pipeline = make_pipeline()
+    async with tenancy.tenant_id_transaction(pipeline.db, tenant.id) as s:
+        project = await s.scalar(
+            text("SELECT project_id FROM agent_sessions WHERE tenant_id = :t AND id = :i"),
+            {"t": tenant.id, "i": sid},
+        )
+    scope = scope_for_job(tenant.id, project)
+    async with tenancy.transaction(pipeline.db, scope) as s:
+        loaded = await digesting.load(s, scope, session_id=sid, server_budget=0)
+    assert loaded is not None and len(loaded.events) == 2
+    await send(client, tenant, ev(sid, "prompt", prompt="third batch"))
+    # The third batch saw the job waiting; a worker takes it (the one that
+    # loaded the first two), so no job would ever read the third ...
+    async with tenancy.transaction(pipeline.db, scope) as s:
+        await s.execute(
+            text("UPDATE jobs SET status = 'running' WHERE tenant_id = :t AND note_id = :n "
+                 "AND kind = 'session_digest' AND status = 'pending'"),
+            {"t": tenant.id, "n": f"session/{sid}"},
+        )  # fmt: skip
+    # ... but the digest sees the session went on, and queues the next.
+    async with tenancy.transaction(pipeline.db, scope) as s:
+        await digesting.apply(s, scope, loaded, None, limits=pipeline.settings.limits)
+    await digest(make_pipeline, client, tenant)
+    items = (await client.get(f"/v1/sessions/{sid}/timeline", params={"kind": "prompt"},
+                              headers=tenant.headers)).json()["items"]  # fmt: skip
+    assert [i["summary"] for i in items] == [
+        "User prompt · first batch",
+        "User prompt · second batch",
+        "User prompt · third batch",
+    ]

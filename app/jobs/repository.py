@@ -91,23 +91,6 @@ async def cancel_for_note(
     await session.execute(stmt.values(status=JobStatus.SUPERSEDED.value, updated_at=func.now()))
 
 
-async def waiting(session: AsyncSession, scope: Scope, *, kind: JobKind, note_id: str) -> bool:
-    """Whether a job of ``kind`` for ``note_id`` is queued and not yet taken
-    by a worker (it will see whatever is written before it runs)."""
-    found = await session.scalar(
-        select(Job.id)
-        .where(
-            Job.tenant_id == scope.tenant_id,
-            Job.project_id == scope.project_id,
-            Job.note_id == note_id,
-            Job.kind == kind.value,
-            Job.status.in_([JobStatus.PENDING.value, JobStatus.DISPATCHED.value]),
-        )
-        .limit(1)
-    )
-    return found is not None
-
-
 async def open_kinds_by_note(
     session: AsyncSession, scope: Scope, note_ids: Sequence[str]
 ) -> dict[str, list[str]]:

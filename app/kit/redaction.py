@@ -55,6 +55,31 @@ _ASSIGNED = re.compile(
 )
 
 
+# What each pattern cannot match without: a text holding none of a
+# pattern's literals skips it (most text holds no secret, and a substring
+# test is far cheaper than a regular expression's scan).
+_LITERALS: dict[str, tuple[str, ...]] = {
+    "anthropic-key": ("sk-ant-",),
+    "openai-key": ("sk-",),
+    "aws-access-key": ("AKIA", "ASIA", "AGPA", "AIDA", "AROA"),
+    "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab-token": ("glpat-",),
+    "slack-token": ("xox",),
+    "stripe-key": ("_live_", "_test_"),
+    "google-api-key": ("AIza",),
+    "huggingface-token": ("hf_",),
+    "keepmem-key": ("km_",),
+    "jwt": ("eyJ",),
+}
+# The same for the case-insensitive patterns, in lower case.
+_BEARER_WORDS = ("bearer", "token")
+_ASSIGNED_WORDS = ("pass", "pwd", "secret", "key", "token")
+
+
+def _holds(text: str, literals: tuple[str, ...]) -> bool:
+    return any(lit in text for lit in literals)
+
+
 def marker(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
@@ -80,10 +105,12 @@ def clean_spans(text: str, report: Report | None = None) -> str:
     spans, private key blocks): what must see the whole text before a
     caller keeps only parts of it."""
     report = report if report is not None else Report()
-    text, n = _PRIVATE.subn("", text)
-    report.private_spans += n
-    text, n = _KEY_BLOCK.subn(marker("private-key"), text)
-    report.add("private-key", n)
+    if "<private>" in text.lower():
+        text, n = _PRIVATE.subn("", text)
+        report.private_spans += n
+    if "PRIVATE KEY" in text:
+        text, n = _KEY_BLOCK.subn(marker("private-key"), text)
+        report.add("private-key", n)
     return text
 
 
@@ -92,12 +119,18 @@ def clean(text: str, report: Report | None = None) -> str:
     report = report if report is not None else Report()
     text = clean_spans(text, report)
     for kind, pattern in _TOKENS:
-        text, n = pattern.subn(marker(kind), text)
-        report.add(kind, n)
-    text, n = _BEARER.subn(lambda m: f"{m.group(1)}{m.group(2)}{marker('bearer-token')}", text)
-    report.add("bearer-token", n)
-    text, n = _URL_PASSWORD.subn(lambda m: f"{m.group(1)}{marker('url-password')}@", text)
-    report.add("url-password", n)
+        if _holds(text, _LITERALS[kind]):
+            text, n = pattern.subn(marker(kind), text)
+            report.add(kind, n)
+    low = text.lower()
+    if _holds(low, _BEARER_WORDS):
+        text, n = _BEARER.subn(lambda m: f"{m.group(1)}{m.group(2)}{marker('bearer-token')}", text)
+        report.add("bearer-token", n)
+    if "://" in text and "@" in text:
+        text, n = _URL_PASSWORD.subn(lambda m: f"{m.group(1)}{marker('url-password')}@", text)
+        report.add("url-password", n)
+    if not _holds(low, _ASSIGNED_WORDS):
+        return text
 
     def assigned(m: re.Match[str]) -> str:
         if m.group(3).startswith("[REDACTED:"):

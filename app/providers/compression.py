@@ -11,8 +11,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from app.providers.errors import PermanentError
-from app.providers.http import client, post_json
+from app.providers.http import OpenAIChat, anthropic_message, client
 
 PROMPT = (
     "You compress a coding agent's session log into memory. Reply with one JSON object "
@@ -161,33 +160,19 @@ class OpenAICompressor(_Chat):
     default_base = "https://api.openai.com/v1"
 
     async def compress(self, text: str) -> Compressed:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        body = await post_json(
-            self._client,
-            f"{self.base_url}/chat/completions",
-            json={
-                "model": self.model,
-                "messages": [
-                    {"role": "system", "content": PROMPT},
-                    {"role": "user", "content": text},
-                ],
-                "max_tokens": MAX_OUTPUT_TOKENS,
-                "temperature": 0.1,
-                "response_format": {"type": "json_object"},
-            },
-            headers=headers,
-            vendor=self.vendor,
+        chat = OpenAIChat(
+            model=self.model, api_key=self.api_key, base_url=self.base_url, http=self._client
         )
-        try:
-            reply = str(body["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
-        usage = body.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+        reply = await chat.reply(
+            [{"role": "system", "content": PROMPT}, {"role": "user", "content": text}],
+            max_tokens=MAX_OUTPUT_TOKENS,
+            temperature=0.1,
+            response_format={"type": "json_object"},
+        )
         return parse_reply(
-            reply,
-            _count(usage.get("prompt_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS),
-            _count(usage.get("completion_tokens"), -(-len(reply) // 4)),
+            reply.text,
+            _count(reply.usage.get("prompt_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS),
+            _count(reply.usage.get("completion_tokens"), -(-len(reply.text) // 4)),
         )
 
 
@@ -196,37 +181,25 @@ class AnthropicCompressor(_Chat):
     default_base = "https://api.anthropic.com"
 
     async def compress(self, text: str) -> Compressed:
-        body = await post_json(
+        reply = await anthropic_message(
             self._client,
-            f"{self.base_url}/v1/messages",
-            json={
-                "model": self.model,
-                "max_tokens": MAX_OUTPUT_TOKENS,
-                "system": PROMPT,
-                "messages": [{"role": "user", "content": text}],
-            },
-            headers={"x-api-key": self.api_key, "anthropic-version": "2023-06-01"},
-            vendor=self.vendor,
+            self.base_url,
+            api_key=self.api_key,
+            model=self.model,
+            system=PROMPT,
+            user=text,
+            max_tokens=MAX_OUTPUT_TOKENS,
         )
-        blocks = body.get("content")
-        if not isinstance(blocks, list):
-            raise PermanentError(f"anthropic: unexpected response {body!r:.200}")
-        reply = "".join(
-            str(b.get("text") or "")
-            for b in blocks
-            if isinstance(b, dict) and b.get("type") == "text"
-        )
-        usage = body.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+        usage = reply.usage
         # Input read from or written to the prompt cache is billed too.
         cached = sum(
             _count(usage.get(name), 0)
             for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
         )
         return parse_reply(
-            reply,
+            reply.text,
             _count(usage.get("input_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS) + cached,
-            _count(usage.get("output_tokens"), -(-len(reply) // 4)),
+            _count(usage.get("output_tokens"), -(-len(reply.text) // 4)),
         )
 
 

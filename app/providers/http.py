@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -40,6 +41,19 @@ def client(timeout: float = 60.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A chat model's answer: its text and the usage block it reported."""
+
+    text: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+def _usage(body: dict[str, Any]) -> dict[str, Any]:
+    usage = body.get("usage")
+    return usage if isinstance(usage, dict) else {}
+
+
 class OpenAIChat:
     """An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM …):
     one client, one request shape, one reading of the reply."""
@@ -63,6 +77,10 @@ class OpenAIChat:
 
     async def complete(self, messages: list[dict[str, Any]], **params: Any) -> str:
         """The assistant's reply text to ``messages``."""
+        return (await self.reply(messages, **params)).text
+
+    async def reply(self, messages: list[dict[str, Any]], **params: Any) -> Reply:
+        """The assistant's reply to ``messages``, with the usage it reported."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = await post_json(
             self._client,
@@ -72,6 +90,39 @@ class OpenAIChat:
             vendor="openai",
         )
         try:
-            return str(body["choices"][0]["message"]["content"] or "")
+            text = str(body["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError) as exc:
             raise PermanentError(f"openai: unexpected response {body!r:.200}") from exc
+        return Reply(text, _usage(body))
+
+
+async def anthropic_message(
+    http: httpx.AsyncClient,
+    base_url: str,
+    *,
+    api_key: str,
+    model: str,
+    system: str,
+    user: str,
+    max_tokens: int,
+) -> Reply:
+    """One Anthropic Messages call: the text blocks of the answer and its usage."""
+    body = await post_json(
+        http,
+        f"{base_url}/v1/messages",
+        json={
+            "model": model,
+            "max_tokens": max_tokens,
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
+        },
+        headers={"x-api-key": api_key, "anthropic-version": "2023-06-01"},
+        vendor="anthropic",
+    )
+    blocks = body.get("content")
+    if not isinstance(blocks, list):
+        raise PermanentError(f"anthropic: unexpected response {body!r:.200}")
+    text = "".join(
+        str(b.get("text") or "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
+    return Reply(text, _usage(body))

@@ -76,7 +76,7 @@ def clean_long(text: str, limit: int, report: redaction.Report) -> tuple[str, bo
     host's reminders) are removed from the whole text first; the token
     patterns then run only over what is kept and its margins, so a
     100,000-character output costs what a 4,000-character one does."""
-    text = redaction.clean_spans(_REMINDER.sub("", text), report)
+    text = redaction.clean_spans(_no_reminders(text), report)
     if len(text) <= limit + 2 * MARGIN:
         return preview(redaction.clean(text, report), limit)
     head_n, tail_n = limit * 2 // 3, limit // 3
@@ -87,9 +87,13 @@ def clean_long(text: str, limit: int, report: redaction.Report) -> tuple[str, bo
     return head + middle + tail, True
 
 
+def _no_reminders(text: str) -> str:
+    return _REMINDER.sub("", text) if "system-reminder" in text.lower() else text
+
+
 def _clean_value(value: Any, report: redaction.Report) -> Any:
     if isinstance(value, str):
-        return redaction.clean(_REMINDER.sub("", value), report)
+        return redaction.clean(_no_reminders(value), report)
     if isinstance(value, Mapping):
         return {str(k): _clean_value(v, report) for k, v in value.items()}
     if isinstance(value, list):

@@ -153,6 +153,7 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
             toggle=_toggle(group),
             project_capture=conf.capture,
             ended=ended,
+            job_note=session_note_id(session_id),
         )
         states.append(SessionState(session_id=session_id, capture=bool(row.capture)))
         if not (row.capture and conf.capture):
@@ -167,7 +168,7 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
             clean["at"] = _when(ev, now).isoformat()
             inbox.append((seq, clean))
         await repo.add_to_inbox(session, scope, session_id=session_id, events=inbox)
-        if kept:
+        if kept and not row.digest_waiting:
             await _queue_digest(session, scope, session_id)
     return IntakeOut(accepted=accepted, dropped=dropped, sessions=states)
 
@@ -190,6 +191,7 @@ async def record_request(
         toggle=None,
         project_capture=True,
         ended=None,
+        job_note=session_note_id(current.session_id),
     )
     event: dict[str, Any] = {
         "kind": "checkpoint",
@@ -201,15 +203,14 @@ async def record_request(
     await repo.add_to_inbox(
         session, scope, session_id=current.session_id, events=[(row.first_seq + 1, event)]
     )
-    await _queue_digest(session, scope, current.session_id)
+    if not row.digest_waiting:
+        await _queue_digest(session, scope, current.session_id)
 
 
 async def _queue_digest(session: AsyncSession, scope: Scope, session_id: str) -> None:
-    """A digest for the session, unless one is waiting (it will read what
-    this transaction adds: the session's row lock orders them)."""
+    """A digest for the session (the caller saw none waiting; one that
+    races in is harmless: a digest of an empty inbox does nothing)."""
     note_id = session_note_id(session_id)
-    if await jobs.waiting(session, scope, kind=JobKind.SESSION_DIGEST, note_id=note_id):
-        return
     await jobs.enqueue(
         session,
         scope,

@@ -53,6 +53,7 @@ async def record_events(
     toggle: bool | None,
     project_capture: bool,
     ended: tuple[datetime, str] | None,
+    job_note: str,
 ) -> Row[Any]:
     """Create or update a session for a batch of its events, in one
     statement (which also locks the row to the end of the transaction).
@@ -61,6 +62,8 @@ async def record_events(
     number taken)."""
     # :on is whether this batch is stored: the session's capture after the
     # batch's own toggle, and the project's.
+    # digest_waiting: a digest job queued and not yet taken (it will read
+    # this batch); the digest itself catches the batches it raced with.
     statement = text(
         """
         WITH v AS (
@@ -96,7 +99,11 @@ async def record_events(
                               ELSE EXCLUDED.end_reason END
         RETURNING capture, inject, next_seq,
             next_seq - CASE WHEN capture AND CAST(:pcap AS boolean) THEN CAST(:n AS integer)
-                            ELSE 0 END AS first_seq
+                            ELSE 0 END AS first_seq,
+            EXISTS (SELECT 1 FROM jobs j
+                     WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
+                       AND j.kind = 'session_digest' AND j.status IN ('pending', 'dispatched')
+                   ) AS digest_waiting
         """
     )
     row = (
@@ -115,6 +122,7 @@ async def record_events(
                 n=storing,
                 ended_at=ended[0] if ended else None,
                 reason=ended[1] if ended else None,
+                job_note=job_note,
             ),
         )
     ).one()
@@ -131,12 +139,20 @@ async def add_to_inbox(
     """Cleaned events (number, event) waiting for the worker's digest."""
     if not events:
         return
+    # One statement for the batch (one round trip, whatever its size).
     await session.execute(
         text(
             "INSERT INTO session_inbox (tenant_id, project_id, session_id, seq, event) "
-            "VALUES (:t, :p, :sid, :seq, CAST(:event AS jsonb)) ON CONFLICT DO NOTHING"
+            "SELECT :t, :p, :sid, s, CAST(e AS jsonb) "
+            "FROM unnest(CAST(:seqs AS integer[]), CAST(:events AS text[])) AS u(s, e) "
+            "ON CONFLICT DO NOTHING"
         ),
-        [_of(scope, sid=session_id, seq=seq, event=json.dumps(ev)) for seq, ev in events],
+        _of(
+            scope,
+            sid=session_id,
+            seqs=[seq for seq, _ in events],
+            events=[json.dumps(ev) for _, ev in events],
+        ),
     )
 
 

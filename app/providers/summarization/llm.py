@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.providers.errors import PermanentError
-from app.providers.http import OpenAIChat, client, post_json
+from app.providers.http import OpenAIChat, anthropic_message, client
 from app.providers.summarization.base import RelatedNote
 from app.providers.summarization.local import cut
 
@@ -91,19 +91,13 @@ class AnthropicSummarizer(_LLM):
     default_base = "https://api.anthropic.com"
 
     async def _complete(self, system: str, user: str, max_tokens: int) -> str:
-        body = await post_json(
+        reply = await anthropic_message(
             self._client,
-            f"{self.base_url}/v1/messages",
-            json={
-                "model": self.model,
-                "max_tokens": max_tokens,
-                "system": system,
-                "messages": [{"role": "user", "content": user}],
-            },
-            headers={"x-api-key": self.api_key, "anthropic-version": "2023-06-01"},
-            vendor=self.vendor,
+            self.base_url,
+            api_key=self.api_key,
+            model=self.model,
+            system=system,
+            user=user,
+            max_tokens=max_tokens,
         )
-        blocks = body.get("content")
-        if not isinstance(blocks, list):
-            raise PermanentError(f"anthropic: unexpected response {body!r:.200}")
-        return "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        return reply.text
