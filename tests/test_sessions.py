@@ -434,3 +434,18 @@ async def test_events_sent_while_a_digest_runs_are_digested_next(
         "User prompt · second batch",
         "User prompt · third batch",
     ]
+
+
+async def test_a_project_with_capture_off_stores_no_event(client, tenant) -> None:
+    h = tenant.project("no-capture")
+    r = await client.put("/v1/sessions/settings", json={"capture": False}, headers=h)
+    assert r.status_code == 200 and r.json()["capture"] is False
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    r = await client.post("/v1/sessions/events", json={"events": [ev(sid, "prompt", prompt="hi")]},
+                          headers=h)  # fmt: skip
+    assert r.status_code == 202 and r.json()["accepted"] == 0 and r.json()["dropped"] == 1
+    assert (await client.get(f"/v1/sessions/{sid}", headers=h)).json()["events"] == 0
+    await client.put("/v1/sessions/settings", json={"capture": True}, headers=h)
+    r = await client.post("/v1/sessions/events", json={"events": [ev(sid, "prompt", prompt="hi")]},
+                          headers=h)  # fmt: skip
+    assert r.json()["accepted"] == 1

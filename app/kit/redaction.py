@@ -76,6 +76,12 @@ _BEARER_WORDS = ("bearer", "token")
 _ASSIGNED_WORDS = ("pass", "pwd", "secret", "key", "token")
 
 
+_ANY_LITERAL = re.compile("|".join(re.escape(x) for xs in _LITERALS.values() for x in xs))
+_ANY_WORD = re.compile("|".join((*_BEARER_WORDS, *_ASSIGNED_WORDS)), re.IGNORECASE)
+# No secret any pattern matches is shorter ("pwd=abcdef").
+_SHORTEST = 10
+
+
 def _holds(text: str, literals: tuple[str, ...]) -> bool:
     return any(lit in text for lit in literals)
 
@@ -105,7 +111,7 @@ def clean_spans(text: str, report: Report | None = None) -> str:
     spans, private key blocks): what must see the whole text before a
     caller keeps only parts of it."""
     report = report if report is not None else Report()
-    if "<private>" in text.lower():
+    if "<" in text and "<private>" in text.lower():
         text, n = _PRIVATE.subn("", text)
         report.private_spans += n
     if "PRIVATE KEY" in text:
@@ -118,18 +124,22 @@ def clean(text: str, report: Report | None = None) -> str:
     """``text`` without private spans and with secrets replaced by markers."""
     report = report if report is not None else Report()
     text = clean_spans(text, report)
-    for kind, pattern in _TOKENS:
-        if _holds(text, _LITERALS[kind]):
-            text, n = pattern.subn(marker(kind), text)
-            report.add(kind, n)
-    low = text.lower()
-    if _holds(low, _BEARER_WORDS):
+    if len(text) < _SHORTEST:
+        return text
+    if _ANY_LITERAL.search(text) is not None:
+        for kind, pattern in _TOKENS:
+            if _holds(text, _LITERALS[kind]):
+                text, n = pattern.subn(marker(kind), text)
+                report.add(kind, n)
+    words = _ANY_WORD.search(text) is not None
+    low = text.lower() if words else ""
+    if words and _holds(low, _BEARER_WORDS):
         text, n = _BEARER.subn(lambda m: f"{m.group(1)}{m.group(2)}{marker('bearer-token')}", text)
         report.add("bearer-token", n)
     if "://" in text and "@" in text:
         text, n = _URL_PASSWORD.subn(lambda m: f"{m.group(1)}{marker('url-password')}@", text)
         report.add("url-password", n)
-    if not _holds(low, _ASSIGNED_WORDS):
+    if not words or not _holds(low, _ASSIGNED_WORDS):
         return text
 
     def assigned(m: re.Match[str]) -> str:

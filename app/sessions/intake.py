@@ -21,12 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import BadRequest, OutsideScope
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
+from app.kit import redaction
 from app.kit.timeutil import parse_timestamp, utcnow
 from app.notes.writing import PutInput
 from app.sessions import cleaning, observe
 from app.sessions import repository as repo
+from app.sessions.repository import as_json
 from app.sessions.schemas import EventIn, IntakeOut, SessionState
-from app.sessions.settings import SessionSettings, settings_of
+from app.sessions.settings import parse as parse_settings
 from app.tenancy import Scope
 
 # Events kept as notes; the others only count, or feed the digest.
@@ -123,7 +125,6 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
     """Store a batch of hook events (see the module's docstring)."""
     whole_project(scope)
     _check_times(events)
-    conf = await settings_of(session, scope)
     now = utcnow()
     by_session: dict[str, list[EventIn]] = {}
     for ev in events:
@@ -133,7 +134,11 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
     for session_id, group in by_session.items():
         kept = [ev for ev in group if not _noise(ev)]
         ended = next(
-            ((_when(e, now), e.reason or "ended") for e in group if e.kind == "session_end"),
+            (
+                (_when(e, now), redaction.clean(e.reason or "ended"))
+                for e in group
+                if e.kind == "session_end"
+            ),
             None,
         )
         counts: dict[str, int] = {}
@@ -145,22 +150,23 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
             scope,
             session_id=session_id,
             platform=group[0].platform,
-            cwd=next((e.cwd for e in group if e.cwd), "") or "",
+            cwd=redaction.clean(next((e.cwd for e in group if e.cwd), "") or ""),
             first_at=min(times),
             last_at=max(times),
             storing=len(kept),
             counts=counts,
             toggle=_toggle(group),
-            project_capture=conf.capture,
             ended=ended,
             job_note=session_note_id(session_id),
         )
         states.append(SessionState(session_id=session_id, capture=bool(row.capture)))
-        if not (row.capture and conf.capture):
+        if not (row.capture and row.project_capture):
             dropped += len(group)
             continue
         dropped += len(group) - len(kept)
         accepted += len(kept)
+        # The project's settings came with the session's row (one statement).
+        conf = parse_settings(as_json(row.settings))
         inbox = []
         for i, ev in enumerate(kept, start=1):
             seq = row.first_seq + i
@@ -189,8 +195,8 @@ async def record_request(
         storing=1,
         counts={"checkpoint": 1},
         toggle=None,
-        project_capture=True,
         ended=None,
+        force=True,
         job_note=session_note_id(current.session_id),
     )
     event: dict[str, Any] = {
@@ -234,4 +240,4 @@ def event_note(session_id: str, seq: int, event: Mapping[str, Any]) -> PutInput:
     )
 
 
-__all__ = ["SessionSettings", "intake", "session_note_id", "slug", "whole_project"]
+__all__ = ["intake", "session_note_id", "slug", "whole_project"]

@@ -51,23 +51,30 @@ async def record_events(
     storing: int,
     counts: dict[str, int],
     toggle: bool | None,
-    project_capture: bool,
     ended: tuple[datetime, str] | None,
     job_note: str,
+    force: bool = False,
 ) -> Row[Any]:
     """Create or update a session for a batch of its events, in one
     statement (which also locks the row to the end of the transaction).
-    ``storing`` events take the next numbers when capture stays on; the
-    row returned has ``capture``, ``inject`` and ``first_seq`` (the first
-    number taken)."""
-    # :on is whether this batch is stored: the session's capture after the
-    # batch's own toggle, and the project's.
+    ``storing`` events take the next numbers when capture stays on (the
+    session's, after the batch's own toggle, and the project's, unless
+    ``force``); the row returned has ``capture``, ``project_capture``,
+    ``inject``, ``first_seq`` (the first number taken), ``settings`` (the
+    project's session settings, read in the same statement) and
+    ``digest_waiting``."""
     # digest_waiting: a digest job queued and not yet taken (it will read
     # this batch); the digest itself catches the batches it raced with.
     statement = text(
         """
-        WITH v AS (
-            SELECT CAST(:toggle AS boolean) AS toggle, CAST(:pcap AS boolean) AS pcap,
+        WITH conf AS (
+            SELECT coalesce(settings->'sessions', '{}'::jsonb) AS sessions
+              FROM projects WHERE tenant_id = :t AND id = :p
+        ), v AS (
+            SELECT CAST(:toggle AS boolean) AS toggle,
+                   CAST(:force AS boolean)
+                       OR coalesce((SELECT sessions->'capture' FROM conf) <> 'false', true)
+                       AS pcap,
                    CAST(:n AS integer) AS n, CAST(:counts AS jsonb) AS counts
         )
         INSERT INTO agent_sessions AS s
@@ -98,7 +105,9 @@ async def record_events(
             end_reason = CASE WHEN EXCLUDED.ended_at IS NULL THEN s.end_reason
                               ELSE EXCLUDED.end_reason END
         RETURNING capture, inject, next_seq,
-            next_seq - CASE WHEN capture AND CAST(:pcap AS boolean) THEN CAST(:n AS integer)
+            (SELECT pcap FROM v) AS project_capture,
+            (SELECT sessions FROM conf) AS settings,
+            next_seq - CASE WHEN capture AND (SELECT pcap FROM v) THEN CAST(:n AS integer)
                             ELSE 0 END AS first_seq,
             EXISTS (SELECT 1 FROM jobs j
                      WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
@@ -118,7 +127,7 @@ async def record_events(
                 last=last_at,
                 counts=json.dumps(counts),
                 toggle=toggle,
-                pcap=project_capture,
+                force=force,
                 n=storing,
                 ended_at=ended[0] if ended else None,
                 reason=ended[1] if ended else None,
