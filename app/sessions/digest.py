@@ -11,6 +11,7 @@ job finds an empty inbox.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -244,12 +245,13 @@ async def _store_events(
     limits: Limits,
 ) -> None:
     """The events worth a note, stored through the notes domain (a refused
-    one, say past a quota, is logged: the digest goes on)."""
+    one, say past a quota, is logged: the digest goes on). Embedded, so a
+    find reaches them; no graph extraction: the entities of raw tool output
+    are noise, and the observations and checkpoints made of them get one."""
     puts = [event_note(session_id, s, ev) for s, ev in events if ev["kind"] in NOTE_KINDS]
+    raw = dataclasses.replace(limits, graph_extraction=False)
     for start in range(0, len(puts), MAX_BATCH):
-        stored = await put_many(
-            session, scope, items=puts[start : start + MAX_BATCH], limits=limits
-        )
+        stored = await put_many(session, scope, items=puts[start : start + MAX_BATCH], limits=raw)
         for item in stored:
             if item.error is not None:
                 log.warning("session %s: an event note was refused: %s", session_id, item.error)

@@ -39,6 +39,60 @@ def _of(scope: Scope, **params: Any) -> dict[str, Any]:
     return {"t": scope.tenant_id, "p": scope.project_id, **params}
 
 
+# digest_waiting: a digest job queued and not yet taken (it will read
+# this batch); the digest itself catches the batches it raced with.
+_RECORD_EVENTS = text(
+    """
+    WITH conf AS (
+        SELECT coalesce(settings->'sessions', '{}'::jsonb) AS sessions
+          FROM projects WHERE tenant_id = :t AND id = :p
+    ), v AS (
+        SELECT CAST(:toggle AS boolean) AS toggle,
+               CAST(:force AS boolean)
+                   OR coalesce((SELECT sessions->'capture' FROM conf) <> 'false', true)
+                   AS pcap,
+               CAST(:n AS integer) AS n, CAST(:counts AS jsonb) AS counts
+    )
+    INSERT INTO agent_sessions AS s
+        (tenant_id, project_id, id, platform, cwd, started_at, last_event_at,
+         counts, capture, next_seq, ended_at, end_reason)
+    SELECT :t, :p, :sid, :platform, :cwd, :first, :last,
+           CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.counts
+                ELSE '{}'::jsonb END,
+           coalesce(v.toggle, true),
+           CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.n ELSE 0 END,
+           CAST(:ended_at AS timestamptz), coalesce(CAST(:reason AS text), '')
+      FROM v
+    ON CONFLICT (tenant_id, project_id, id) DO UPDATE SET
+        capture = coalesce((SELECT toggle FROM v), s.capture),
+        inject = coalesce((SELECT toggle FROM v), s.inject),
+        cwd = CASE WHEN s.cwd = '' THEN EXCLUDED.cwd ELSE s.cwd END,
+        last_event_at = greatest(s.last_event_at, EXCLUDED.last_event_at),
+        started_at = least(s.started_at, EXCLUDED.started_at),
+        next_seq = s.next_seq + (
+            SELECT CASE WHEN coalesce(v.toggle, s.capture) AND v.pcap THEN v.n ELSE 0 END
+              FROM v),
+        counts = CASE WHEN (SELECT coalesce(v.toggle, s.capture) AND v.pcap FROM v) THEN (
+            SELECT coalesce(jsonb_object_agg(k, coalesce((s.counts->>k)::int, 0)
+                            + coalesce((v.counts->>k)::int, 0)), '{}'::jsonb)
+              FROM v, jsonb_object_keys(s.counts || v.counts) AS k
+        ) ELSE s.counts END,
+        ended_at = coalesce(EXCLUDED.ended_at, s.ended_at),
+        end_reason = CASE WHEN EXCLUDED.ended_at IS NULL THEN s.end_reason
+                          ELSE EXCLUDED.end_reason END
+    RETURNING capture, inject, next_seq,
+        (SELECT pcap FROM v) AS project_capture,
+        (SELECT sessions FROM conf) AS settings,
+        next_seq - CASE WHEN capture AND (SELECT pcap FROM v) THEN CAST(:n AS integer)
+                        ELSE 0 END AS first_seq,
+        EXISTS (SELECT 1 FROM jobs j
+                 WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
+                   AND j.kind = 'session_digest' AND j.status IN ('pending', 'dispatched')
+               ) AS digest_waiting
+    """
+)
+
+
 async def record_events(
     session: AsyncSession,
     scope: Scope,
@@ -63,61 +117,9 @@ async def record_events(
     ``inject``, ``first_seq`` (the first number taken), ``settings`` (the
     project's session settings, read in the same statement) and
     ``digest_waiting``."""
-    # digest_waiting: a digest job queued and not yet taken (it will read
-    # this batch); the digest itself catches the batches it raced with.
-    statement = text(
-        """
-        WITH conf AS (
-            SELECT coalesce(settings->'sessions', '{}'::jsonb) AS sessions
-              FROM projects WHERE tenant_id = :t AND id = :p
-        ), v AS (
-            SELECT CAST(:toggle AS boolean) AS toggle,
-                   CAST(:force AS boolean)
-                       OR coalesce((SELECT sessions->'capture' FROM conf) <> 'false', true)
-                       AS pcap,
-                   CAST(:n AS integer) AS n, CAST(:counts AS jsonb) AS counts
-        )
-        INSERT INTO agent_sessions AS s
-            (tenant_id, project_id, id, platform, cwd, started_at, last_event_at,
-             counts, capture, next_seq, ended_at, end_reason)
-        SELECT :t, :p, :sid, :platform, :cwd, :first, :last,
-               CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.counts
-                    ELSE '{}'::jsonb END,
-               coalesce(v.toggle, true),
-               CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.n ELSE 0 END,
-               CAST(:ended_at AS timestamptz), coalesce(CAST(:reason AS text), '')
-          FROM v
-        ON CONFLICT (tenant_id, project_id, id) DO UPDATE SET
-            capture = coalesce((SELECT toggle FROM v), s.capture),
-            inject = coalesce((SELECT toggle FROM v), s.inject),
-            cwd = CASE WHEN s.cwd = '' THEN EXCLUDED.cwd ELSE s.cwd END,
-            last_event_at = greatest(s.last_event_at, EXCLUDED.last_event_at),
-            started_at = least(s.started_at, EXCLUDED.started_at),
-            next_seq = s.next_seq + (
-                SELECT CASE WHEN coalesce(v.toggle, s.capture) AND v.pcap THEN v.n ELSE 0 END
-                  FROM v),
-            counts = CASE WHEN (SELECT coalesce(v.toggle, s.capture) AND v.pcap FROM v) THEN (
-                SELECT coalesce(jsonb_object_agg(k, coalesce((s.counts->>k)::int, 0)
-                                + coalesce((v.counts->>k)::int, 0)), '{}'::jsonb)
-                  FROM v, jsonb_object_keys(s.counts || v.counts) AS k
-            ) ELSE s.counts END,
-            ended_at = coalesce(EXCLUDED.ended_at, s.ended_at),
-            end_reason = CASE WHEN EXCLUDED.ended_at IS NULL THEN s.end_reason
-                              ELSE EXCLUDED.end_reason END
-        RETURNING capture, inject, next_seq,
-            (SELECT pcap FROM v) AS project_capture,
-            (SELECT sessions FROM conf) AS settings,
-            next_seq - CASE WHEN capture AND (SELECT pcap FROM v) THEN CAST(:n AS integer)
-                            ELSE 0 END AS first_seq,
-            EXISTS (SELECT 1 FROM jobs j
-                     WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
-                       AND j.kind = 'session_digest' AND j.status IN ('pending', 'dispatched')
-                   ) AS digest_waiting
-        """
-    )
     row = (
         await session.execute(
-            statement,
+            _RECORD_EVENTS,
             _of(
                 scope,
                 sid=session_id,
@@ -138,6 +140,15 @@ async def record_events(
     return row
 
 
+# One statement for the batch (one round trip, whatever its size).
+_ADD_TO_INBOX = text(
+    "INSERT INTO session_inbox (tenant_id, project_id, session_id, seq, event) "
+    "SELECT :t, :p, :sid, s, CAST(e AS jsonb) "
+    "FROM unnest(CAST(:seqs AS integer[]), CAST(:events AS text[])) AS u(s, e) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
 async def add_to_inbox(
     session: AsyncSession,
     scope: Scope,
@@ -148,14 +159,8 @@ async def add_to_inbox(
     """Cleaned events (number, event) waiting for the worker's digest."""
     if not events:
         return
-    # One statement for the batch (one round trip, whatever its size).
     await session.execute(
-        text(
-            "INSERT INTO session_inbox (tenant_id, project_id, session_id, seq, event) "
-            "SELECT :t, :p, :sid, s, CAST(e AS jsonb) "
-            "FROM unnest(CAST(:seqs AS integer[]), CAST(:events AS text[])) AS u(s, e) "
-            "ON CONFLICT DO NOTHING"
-        ),
+        _ADD_TO_INBOX,
         _of(
             scope,
             sid=session_id,
