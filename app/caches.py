@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -47,6 +47,9 @@ class LRU(Generic[K, V]):
             del self._items[key]
 
 
+SETTINGS_TTL = 5.0
+
+
 class RequestCaches:
     TOUCH_EVERY = 60.0
 
@@ -56,6 +59,10 @@ class RequestCaches:
         # tenant id -> (requests per day, jobs per day) quotas, None = unlimited
         self.quotas: LRU[uuid.UUID, tuple[int | None, int | None]] = LRU(10_000, ttl=30.0)
         self._touched: LRU[uuid.UUID, float] = LRU(10_000)
+        # (tenant id, project id) -> the project's session settings: hook
+        # intake cleans with them before its one statement. Briefly: a change
+        # made through another API process applies within the TTL.
+        self.session_settings: LRU[tuple[uuid.UUID, uuid.UUID], Any] = LRU(10_000, ttl=SETTINGS_TTL)
 
     def needs_touch(self, key_id: uuid.UUID) -> bool:
         last = self._touched.get(key_id)

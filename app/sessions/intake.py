@@ -26,9 +26,8 @@ from app.kit.timeutil import parse_timestamp, utcnow
 from app.notes.writing import PutInput
 from app.sessions import cleaning, observe
 from app.sessions import repository as repo
-from app.sessions.repository import as_json
 from app.sessions.schemas import EventIn, IntakeOut, SessionState
-from app.sessions.settings import parse as parse_settings
+from app.sessions.settings import SessionSettings
 from app.tenancy import Scope
 
 # Events kept as notes; the others only count, or feed the digest.
@@ -121,8 +120,11 @@ def _tags(ev: Mapping[str, Any], session_id: str) -> dict[str, Any]:
     return tags
 
 
-async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventIn]) -> IntakeOut:
-    """Store a batch of hook events (see the module's docstring)."""
+async def intake(
+    session: AsyncSession, scope: Scope, *, events: Sequence[EventIn], conf: SessionSettings
+) -> IntakeOut:
+    """Store a batch of hook events (see the module's docstring); ``conf``
+    is the project's session settings (capture, excludes)."""
     whole_project(scope)
     _check_times(events)
     now = utcnow()
@@ -142,8 +144,12 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
             None,
         )
         counts: dict[str, int] = {}
+        cleaned = []
         for ev in kept:
             counts[ev.kind] = counts.get(ev.kind, 0) + 1
+            clean = cleaning.clean_event(ev.model_dump(exclude_none=True), excludes=conf.excludes)
+            clean["at"] = _when(ev, now).isoformat()
+            cleaned.append(clean)
         times = [_when(e, now) for e in group]
         row = await repo.record_events(
             session,
@@ -153,27 +159,19 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
             cwd=redaction.clean(next((e.cwd for e in group if e.cwd), "") or ""),
             first_at=min(times),
             last_at=max(times),
-            storing=len(kept),
+            events=cleaned,
             counts=counts,
             toggle=_toggle(group),
+            project_capture=conf.capture,
             ended=ended,
             job_note=session_note_id(session_id),
         )
         states.append(SessionState(session_id=session_id, capture=bool(row.capture)))
-        if not (row.capture and row.project_capture):
+        if not row.stored:
             dropped += len(group)
             continue
         dropped += len(group) - len(kept)
         accepted += len(kept)
-        # The project's settings came with the session's row (one statement).
-        conf = parse_settings(as_json(row.settings))
-        inbox = []
-        for i, ev in enumerate(kept, start=1):
-            seq = row.first_seq + i
-            clean = cleaning.clean_event(ev.model_dump(exclude_none=True), excludes=conf.excludes)
-            clean["at"] = _when(ev, now).isoformat()
-            inbox.append((seq, clean))
-        await repo.add_to_inbox(session, scope, session_id=session_id, events=inbox)
         if kept and not row.digest_waiting:
             await _queue_digest(session, scope, session_id)
     return IntakeOut(accepted=accepted, dropped=dropped, sessions=states)
@@ -182,8 +180,16 @@ async def intake(session: AsyncSession, scope: Scope, *, events: Sequence[EventI
 async def record_request(
     session: AsyncSession, scope: Scope, *, current: Any, note: str | None
 ) -> None:
-    """A checkpoint asked for through the API: one more event for the digest."""
+    """A checkpoint asked for through the API: one more event for the digest
+    (whatever the project's capture setting: it was asked for)."""
     now = utcnow()
+    event: dict[str, Any] = {
+        "kind": "checkpoint",
+        "platform": current.platform,
+        "at": now.isoformat(),
+    }
+    if note:
+        event["message"] = cleaning.clean_event({"message": note}, excludes=())["message"]
     row = await repo.record_events(
         session,
         scope,
@@ -192,24 +198,14 @@ async def record_request(
         cwd=current.cwd,
         first_at=now,
         last_at=now,
-        storing=1,
+        events=[event],
         counts={"checkpoint": 1},
         toggle=None,
+        project_capture=True,
         ended=None,
-        force=True,
         job_note=session_note_id(current.session_id),
     )
-    event: dict[str, Any] = {
-        "kind": "checkpoint",
-        "platform": current.platform,
-        "at": now.isoformat(),
-    }
-    if note:
-        event["message"] = cleaning.clean_event({"message": note}, excludes=())["message"]
-    await repo.add_to_inbox(
-        session, scope, session_id=current.session_id, events=[(row.first_seq + 1, event)]
-    )
-    if not row.digest_waiting:
+    if row.stored and not row.digest_waiting:
         await _queue_digest(session, scope, current.session_id)
 
 

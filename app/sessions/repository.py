@@ -39,56 +39,63 @@ def _of(scope: Scope, **params: Any) -> dict[str, Any]:
     return {"t": scope.tenant_id, "p": scope.project_id, **params}
 
 
-# digest_waiting: a digest job queued and not yet taken (it will read
-# this batch); the digest itself catches the batches it raced with.
+# One statement for a session's part of a batch: the session row (made or
+# updated, and locked to the end of the transaction), its events into the
+# inbox, numbered after the session's last, when capture stays on (the
+# session's, after the batch's own toggle, and the project's); and whether
+# a digest job is queued and not yet taken (it will read these events; the
+# digest itself catches the batches it raced with).
 _RECORD_EVENTS = text(
     """
-    WITH conf AS (
-        SELECT coalesce(settings->'sessions', '{}'::jsonb) AS sessions
-          FROM projects WHERE tenant_id = :t AND id = :p
-    ), v AS (
-        SELECT CAST(:toggle AS boolean) AS toggle,
-               CAST(:force AS boolean)
-                   OR coalesce((SELECT sessions->'capture' FROM conf) <> 'false', true)
-                   AS pcap,
-               CAST(:n AS integer) AS n, CAST(:counts AS jsonb) AS counts
+    WITH v AS (
+        SELECT CAST(:toggle AS boolean) AS toggle, CAST(:pcap AS boolean) AS pcap,
+               CAST(:counts AS jsonb) AS counts,
+               coalesce(cardinality(CAST(:events AS text[])), 0) AS n
+    ), up AS (
+        INSERT INTO agent_sessions AS s
+            (tenant_id, project_id, id, platform, cwd, started_at, last_event_at,
+             counts, capture, next_seq, ended_at, end_reason)
+        SELECT :t, :p, :sid, :platform, :cwd, :first, :last,
+               CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.counts
+                    ELSE '{}'::jsonb END,
+               coalesce(v.toggle, true),
+               CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.n ELSE 0 END,
+               CAST(:ended_at AS timestamptz), coalesce(CAST(:reason AS text), '')
+          FROM v
+        ON CONFLICT (tenant_id, project_id, id) DO UPDATE SET
+            capture = coalesce((SELECT toggle FROM v), s.capture),
+            inject = coalesce((SELECT toggle FROM v), s.inject),
+            cwd = CASE WHEN s.cwd = '' THEN EXCLUDED.cwd ELSE s.cwd END,
+            last_event_at = greatest(s.last_event_at, EXCLUDED.last_event_at),
+            started_at = least(s.started_at, EXCLUDED.started_at),
+            next_seq = s.next_seq + (
+                SELECT CASE WHEN coalesce(v.toggle, s.capture) AND v.pcap THEN v.n ELSE 0 END
+                  FROM v),
+            counts = CASE WHEN (SELECT coalesce(v.toggle, s.capture) AND v.pcap FROM v) THEN (
+                SELECT coalesce(jsonb_object_agg(k, coalesce((s.counts->>k)::int, 0)
+                                + coalesce((v.counts->>k)::int, 0)), '{}'::jsonb)
+                  FROM v, jsonb_object_keys(s.counts || v.counts) AS k
+            ) ELSE s.counts END,
+            ended_at = coalesce(EXCLUDED.ended_at, s.ended_at),
+            end_reason = CASE WHEN EXCLUDED.ended_at IS NULL THEN s.end_reason
+                              ELSE EXCLUDED.end_reason END
+        RETURNING capture, inject, next_seq,
+            next_seq - CASE WHEN capture AND (SELECT pcap FROM v) THEN (SELECT n FROM v)
+                            ELSE 0 END AS first_seq
+    ), inbox AS (
+        INSERT INTO session_inbox (tenant_id, project_id, session_id, seq, event)
+        SELECT :t, :p, :sid, up.first_seq + u.ord, CAST(u.e AS jsonb)
+          FROM up, unnest(CAST(:events AS text[])) WITH ORDINALITY AS u(e, ord)
+         WHERE up.capture AND (SELECT pcap FROM v)
+        ON CONFLICT DO NOTHING
     )
-    INSERT INTO agent_sessions AS s
-        (tenant_id, project_id, id, platform, cwd, started_at, last_event_at,
-         counts, capture, next_seq, ended_at, end_reason)
-    SELECT :t, :p, :sid, :platform, :cwd, :first, :last,
-           CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.counts
-                ELSE '{}'::jsonb END,
-           coalesce(v.toggle, true),
-           CASE WHEN coalesce(v.toggle, true) AND v.pcap THEN v.n ELSE 0 END,
-           CAST(:ended_at AS timestamptz), coalesce(CAST(:reason AS text), '')
-      FROM v
-    ON CONFLICT (tenant_id, project_id, id) DO UPDATE SET
-        capture = coalesce((SELECT toggle FROM v), s.capture),
-        inject = coalesce((SELECT toggle FROM v), s.inject),
-        cwd = CASE WHEN s.cwd = '' THEN EXCLUDED.cwd ELSE s.cwd END,
-        last_event_at = greatest(s.last_event_at, EXCLUDED.last_event_at),
-        started_at = least(s.started_at, EXCLUDED.started_at),
-        next_seq = s.next_seq + (
-            SELECT CASE WHEN coalesce(v.toggle, s.capture) AND v.pcap THEN v.n ELSE 0 END
-              FROM v),
-        counts = CASE WHEN (SELECT coalesce(v.toggle, s.capture) AND v.pcap FROM v) THEN (
-            SELECT coalesce(jsonb_object_agg(k, coalesce((s.counts->>k)::int, 0)
-                            + coalesce((v.counts->>k)::int, 0)), '{}'::jsonb)
-              FROM v, jsonb_object_keys(s.counts || v.counts) AS k
-        ) ELSE s.counts END,
-        ended_at = coalesce(EXCLUDED.ended_at, s.ended_at),
-        end_reason = CASE WHEN EXCLUDED.ended_at IS NULL THEN s.end_reason
-                          ELSE EXCLUDED.end_reason END
-    RETURNING capture, inject, next_seq,
-        (SELECT pcap FROM v) AS project_capture,
-        (SELECT sessions FROM conf) AS settings,
-        next_seq - CASE WHEN capture AND (SELECT pcap FROM v) THEN CAST(:n AS integer)
-                        ELSE 0 END AS first_seq,
-        EXISTS (SELECT 1 FROM jobs j
-                 WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
-                   AND j.kind = 'session_digest' AND j.status IN ('pending', 'dispatched')
-               ) AS digest_waiting
+    SELECT up.capture, up.inject, up.first_seq,
+           up.capture AND (SELECT pcap FROM v) AS stored,
+           EXISTS (SELECT 1 FROM jobs j
+                    WHERE j.tenant_id = :t AND j.project_id = :p AND j.note_id = :job_note
+                      AND j.kind = 'session_digest' AND j.status IN ('pending', 'dispatched')
+                  ) AS digest_waiting
+      FROM up
     """
 )
 
@@ -102,20 +109,15 @@ async def record_events(
     cwd: str,
     first_at: datetime,
     last_at: datetime,
-    storing: int,
+    events: Sequence[dict[str, Any]],
     counts: dict[str, int],
     toggle: bool | None,
+    project_capture: bool,
     ended: tuple[datetime, str] | None,
     job_note: str,
-    force: bool = False,
 ) -> Row[Any]:
-    """Create or update a session for a batch of its events, in one
-    statement (which also locks the row to the end of the transaction).
-    ``storing`` events take the next numbers when capture stays on (the
-    session's, after the batch's own toggle, and the project's, unless
-    ``force``); the row returned has ``capture``, ``project_capture``,
-    ``inject``, ``first_seq`` (the first number taken), ``settings`` (the
-    project's session settings, read in the same statement) and
+    """Record a batch of a session's (cleaned) events; the row returned has
+    ``capture``, ``inject``, ``stored`` (whether the events went in) and
     ``digest_waiting``."""
     row = (
         await session.execute(
@@ -127,10 +129,10 @@ async def record_events(
                 cwd=cwd,
                 first=first_at,
                 last=last_at,
+                events=[json.dumps(ev) for ev in events],
                 counts=json.dumps(counts),
                 toggle=toggle,
-                force=force,
-                n=storing,
+                pcap=project_capture,
                 ended_at=ended[0] if ended else None,
                 reason=ended[1] if ended else None,
                 job_note=job_note,
@@ -138,36 +140,6 @@ async def record_events(
         )
     ).one()
     return row
-
-
-# One statement for the batch (one round trip, whatever its size).
-_ADD_TO_INBOX = text(
-    "INSERT INTO session_inbox (tenant_id, project_id, session_id, seq, event) "
-    "SELECT :t, :p, :sid, s, CAST(e AS jsonb) "
-    "FROM unnest(CAST(:seqs AS integer[]), CAST(:events AS text[])) AS u(s, e) "
-    "ON CONFLICT DO NOTHING"
-)
-
-
-async def add_to_inbox(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    session_id: str,
-    events: Sequence[tuple[int, dict[str, Any]]],
-) -> None:
-    """Cleaned events (number, event) waiting for the worker's digest."""
-    if not events:
-        return
-    await session.execute(
-        _ADD_TO_INBOX,
-        _of(
-            scope,
-            sid=session_id,
-            seqs=[seq for seq, _ in events],
-            events=[json.dumps(ev) for _, ev in events],
-        ),
-    )
 
 
 async def inbox(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Path, Query, Request, Response
+from fastapi import Depends, Path, Query, Request, Response
 
 from app.deps import LimitsDep, ReadScope, SessionDep, SettingsDep, WriteScope
 from app.sessions import collections, intake, service
@@ -36,13 +36,33 @@ SessionId = Annotated[str, Path(max_length=200, description="The host's session 
 CollectionName = Annotated[str, Path(max_length=100, description="The collection's name.")]
 
 
+async def _project_conf(
+    request: Request, scope: WriteScope, session: SessionDep
+) -> project_settings.SessionSettings:
+    """The project's session settings, remembered for a few seconds: intake
+    cleans a batch with them before its one statement (a change made through
+    another API process applies here within ``app.caches.SETTINGS_TTL``, 5 s)."""
+    cache = request.app.state.caches.session_settings
+    key = (scope.tenant_id, scope.project_id)
+    conf: project_settings.SessionSettings | None = cache.get(key)
+    if conf is None:
+        conf = await project_settings.settings_of(session, scope)
+        cache.put(key, conf)
+    return conf
+
+
 @router.post("/sessions/events", status_code=202, response_model=IntakeOut)
-async def post_events(body: EventBatch, scope: WriteScope, session: SessionDep) -> IntakeOut:
+async def post_events(
+    body: EventBatch,
+    scope: WriteScope,
+    session: SessionDep,
+    conf: Annotated[project_settings.SessionSettings, Depends(_project_conf)],
+) -> IntakeOut:
     """Take a batch of hook events (1-100) in the normalised shape
     (``docs/sessions-contract.md``): cleaned, numbered and queued for the
     worker, which stores them as notes and digests them. Nothing slow runs
     before the answer."""
-    return await intake.intake(session, scope, events=body.events)
+    return await intake.intake(session, scope, events=body.events, conf=conf)
 
 
 @router.get("/sessions", response_model=SessionList)
@@ -95,11 +115,14 @@ async def get_settings(scope: ReadScope, session: SessionDep) -> ProjectSessionS
 
 @router.put("/sessions/settings", response_model=ProjectSessionSettings)
 async def put_settings(
-    body: ProjectSessionSettings, scope: WriteScope, session: SessionDep
+    body: ProjectSessionSettings, request: Request, scope: WriteScope, session: SessionDep
 ) -> ProjectSessionSettings:
-    """Change the project's session settings; fields left out keep their values."""
+    """Change the project's session settings; fields left out keep their
+    values. Intake on other API processes sees the change within seconds."""
     intake.whole_project(scope)
     conf = await project_settings.update(session, scope, changes=body)
+    key = (scope.tenant_id, scope.project_id)
+    request.app.state.caches.session_settings.drop(lambda k: k == key)
     return ProjectSessionSettings(**conf.as_dict())
 
 
