@@ -402,9 +402,10 @@ async def session_digest(run: JobRun) -> None:
     # Apart: a find runs here, and the digest's locks (usage counts, the
     # session row) should not wait for it.
     async with run.transaction() as session:
-        await sessions.refresh_resume(
-            session, run.scope, cwd=loaded.cwd, embedder=p.embedder, cache=p.query_cache
-        )
+        if digest.changes_resume(result):
+            await sessions.refresh_resume(
+                session, run.scope, cwd=loaded.cwd, embedder=p.embedder, cache=p.query_cache
+            )
         await run.finish(session, result)
 
 

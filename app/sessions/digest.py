@@ -257,6 +257,12 @@ async def _store_events(
                 log.warning("session %s: an event note was refused: %s", session_id, item.error)
 
 
+def changes_resume(result: dict[str, Any]) -> bool:
+    """Whether a digest changed what the resume block shows (a checkpoint,
+    its tasks, a pattern): the block is rebuilt then, not after every run."""
+    return bool(result.get("checkpoint") or result.get("patterns") or result.get("tasks"))
+
+
 def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
     return {k: json.dumps(v) if k in ("state", "last_checkpoint") else v for k, v in values.items()}
 
