@@ -449,3 +449,30 @@ async def test_a_project_with_capture_off_stores_no_event(client, tenant) -> Non
     r = await client.post("/v1/sessions/events", json={"events": [ev(sid, "prompt", prompt="hi")]},
                           headers=h)  # fmt: skip
     assert r.json()["accepted"] == 1
+
+
+async def test_a_tag_scoped_key_reaches_no_session(client, tenant) -> None:
+    """A session belongs to a project, not to a tag: a key scoped to a tag
+    gets 403 on every sessions route, and writes nothing."""
+    r = await client.post(
+        "/v1/subkeys",
+        headers=tenant.headers,
+        json={"name": "tagged", "tags": {"user": "alice"}, "expires_in_seconds": 3600,
+              "scopes": ["read", "write"]},
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    h = {"Authorization": f"Bearer {r.json()['key']}"}
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    calls = [
+        ("POST", "/v1/sessions/events", {"events": [ev(sid, "prompt", prompt="hi")]}),
+        ("GET", "/v1/sessions", None),
+        ("GET", "/v1/sessions/resume", None),
+        ("GET", "/v1/sessions/patterns", None),
+        ("GET", f"/v1/sessions/{sid}", None),
+        ("PUT", "/v1/sessions/settings", {"inject": False}),
+        ("GET", "/v1/collections", None),
+    ]
+    for method, path, body in calls:
+        r = await client.request(method, path, json=body, headers=h)
+        assert r.status_code == 403, (path, r.text)
+    assert (await client.get(f"/v1/sessions/{sid}", headers=tenant.headers)).status_code == 404

@@ -20,8 +20,10 @@ spend and saved collections (``app.sessions``).
   budget of LLM compression).
 * ``session_collections``: named, saved queries.
 
-Tag-scoped keys never reach these tables (the routes refuse them, and the
-scoped role holds no privilege on them).
+Tag-scoped keys never reach these tables: the routes refuse them before
+any statement (a session belongs to a project, not to a tag). The scoped
+role holds the application role's privileges all the same, as on every
+table.
 
 Revision ID: 0016
 Revises: 0015
@@ -168,7 +170,8 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
             f"CREATE POLICY tenant_isolation ON {table} USING {TENANT_RULE} "
             f"WITH CHECK {TENANT_RULE}"
         )
-        op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {app_role}")
+        for role in (app_role, f"{app_role}_scoped"):
+            op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {role}")
 
 
 def downgrade(**_: object) -> None:
