@@ -188,6 +188,7 @@ async def apply(
     if events:
         await _observation(session, scope, loaded, events, d, compressed, limits, out)
         await _patterns(session, scope, loaded, d, now, limits, out)
+    processed = events[-1][0] if events else row.digested_seq
     values: dict[str, Any] = {"state": state}
     if events:
         values["digested_seq"] = events[-1][0]
@@ -196,7 +197,8 @@ async def apply(
         cp = await _checkpoint(session, scope, loaded, state, d, due, now, limits, out)
         values |= {
             "checkpoints": row.checkpoints + 1,
-            "checkpoint_seq": max(row.next_seq, loaded.last_seq),
+            # What this run read: events that came in meanwhile are the next's.
+            "checkpoint_seq": max(row.checkpoint_seq, processed),
             "last_checkpoint": cp,
             "summary": cp["summary"][:2000],
         }
@@ -207,7 +209,6 @@ async def apply(
         await repo.drop_from_inbox(
             session, scope, session_id=loaded.session_id, through=events[-1][0]
         )
-    processed = events[-1][0] if events else row.digested_seq
     if loaded.more or row.next_seq > processed:
         # Events this run did not take (more than a batch, or sent while it
         # ran: intake saw this job taken and may have queued none, or its
