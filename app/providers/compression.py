@@ -9,9 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
-from app.providers.http import OpenAIChat, anthropic_message, client
+from app.providers.http import HostedModel, OpenAIChat, anthropic_message
 
 PROMPT = (
     "You compress a coding agent's session log into memory. Reply with one JSON object "
@@ -121,35 +119,15 @@ def _count(value: Any, fallback: int) -> int:
     return max(fallback, 0)
 
 
-class _Chat:
-    vendor = "llm"
-    default_base = ""
-
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str = "",
-        base_url: str = "",
-        timeout: float = 60.0,
-        max_input_chars: int = 24_000,
-        http: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.model = model
-        self.api_key = api_key
-        self.base_url = (base_url or self.default_base).rstrip("/")
-        self.max_input_chars = max_input_chars
-        self.name = f"{self.vendor}:{model}"
-        self._client = http or client(timeout)
+class _Chat(HostedModel):
+    def __init__(self, *, max_input_chars: int = 24_000, **options: Any) -> None:
+        super().__init__(max_input_chars=max_input_chars, **options)
 
     def estimate(self, text: str) -> int:
         # English and code average about four characters a token; counting
         # one per three (rounded up) keeps the estimate on the safe side of
         # the budget. Plus the most the reply may take.
         return -(-(len(PROMPT) + len(text)) // 3) + MAX_OUTPUT_TOKENS
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     async def compress(self, text: str) -> Compressed:
         raise NotImplementedError

@@ -41,6 +41,34 @@ def client(timeout: float = 60.0) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0))
 
 
+class HostedModel:
+    """What every hosted chat-model provider holds: the model, the key, the
+    base URL (the vendor's by default), one HTTP client, a name for logs."""
+
+    vendor = "llm"
+    default_base = ""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str = "",
+        base_url: str = "",
+        timeout: float = 60.0,
+        max_input_chars: int = 60_000,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.base_url = (base_url or self.default_base).rstrip("/")
+        self.max_input_chars = max_input_chars
+        self.name = f"{self.vendor}:{model}"
+        self._client = http or client(timeout)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A chat model's answer: its text and the usage block it reported."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.providers.errors import PermanentError
-from app.providers.http import OpenAIChat, anthropic_message, client
+from app.providers.http import HostedModel, OpenAIChat, anthropic_message
 from app.providers.summarization.base import RelatedNote
 from app.providers.summarization.local import cut
 
@@ -33,30 +33,11 @@ def prompt(text: str, context: Sequence[RelatedNote]) -> str:
     return "\n".join(parts)
 
 
-class _LLM:
+class _LLM(HostedModel):
     uses_context = True
-    vendor = "llm"
-    default_base = ""
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str = "",
-        base_url: str = "",
-        timeout: float = 120.0,
-        max_input_chars: int = 60_000,
-        **_: Any,
-    ) -> None:
-        self.model = model
-        self.api_key = api_key
-        self.base_url = (base_url or self.default_base).rstrip("/")
-        self.max_input_chars = max_input_chars
-        self.name = f"{self.vendor}:{model}"
-        self._client = client(timeout)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    def __init__(self, *, timeout: float = 120.0, **options: Any) -> None:
+        super().__init__(timeout=timeout, **options)
 
     async def _complete(self, system: str, user: str, max_tokens: int) -> str:
         raise NotImplementedError
