@@ -115,7 +115,18 @@ def test_kinds_per_host() -> None:
     assert kinds("kimi") >= {("PostToolUseFailure", "tool_failure"), ("PreCompact", "pre_compact")}
     assert kinds("codex") >= {("Stop", "stop"), ("PostCompact", "post_compact")}
     assert adapt("claude-code", "NoSuchEvent", {"session_id": "s1"}) is None
-    assert adapt("claude-code", "Stop", {"session_id": "has space"}) is None
+    assert adapt("claude-code", "Stop", {"session_id": ""}) is None
+    # An id keepmem would refuse is sent as a stable digest of itself: the
+    # session's events are kept, and its resume lookups use the same id.
+    odd = adapt("claude-code", "Stop", {"session_id": "has space/and#more"})
+    assert (
+        odd is not None
+        and odd["session_id"]
+        == adapt("claude-code", "Stop", {"session_id": "has space/and#more"})["session_id"]
+    )
+    from app.sessions.schemas import EventIn
+
+    EventIn.model_validate(odd)  # the server takes it
 
 
 def test_fields_per_host() -> None:

@@ -28,6 +28,7 @@ fields named below are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -61,7 +62,9 @@ SHORT_FIELDS = (
 )
 # The service refuses ids with whitespace or slashes (422); such an event
 # could never be delivered, so it is not spooled at all.
-_SESSION_ID = re.compile(r"^[^\s/]{1,200}$")
+# The ids keepmem takes as they are (its contract); any other id is sent as
+# a stable digest of itself, so no host's id makes its events refused.
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=~-]{0,199}$")
 
 _CLAUDE_KINDS = {
     "SessionStart": "session_start",
@@ -191,8 +194,10 @@ def _at(payload: Mapping[str, Any]) -> str:
 
 def _normalise(platform: str, kind: str, payload: Mapping[str, Any]) -> Event | None:
     session_id = _first(payload, "session_id", "sessionId")
-    if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+    if not isinstance(session_id, str) or not session_id.strip():
         return None
+    if not _SESSION_ID.match(session_id):
+        session_id = "h" + hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:40]
     event: Event = {"platform": platform, "session_id": session_id, "kind": kind}
     event["at"] = _at(payload)
     cwd = payload.get("cwd")
