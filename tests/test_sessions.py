@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app import tenancy
 from tests.conftest import Tenant
-from tests.test_pipeline import run_all
+from tests.test_pipeline import run_all, run_job
 
 AWS = "AKIA" + "ABCDEFGHIJKLMNOP"
 OPENAI = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5"
@@ -476,3 +476,37 @@ async def test_a_tag_scoped_key_reaches_no_session(client, tenant) -> None:
         r = await client.request(method, path, json=body, headers=h)
         assert r.status_code == 403, (path, r.text)
     assert (await client.get(f"/v1/sessions/{sid}", headers=tenant.headers)).status_code == 404
+
+
+async def test_phrase_hits_are_candidates_until_a_second_session(
+    client, tenant, make_pipeline
+) -> None:
+    """A decision, preference or to-do found by phrase alone is a candidate:
+    kept with its count, in the resume block only once two sessions say it."""
+    h = tenant.project("candidates")
+    said = "Decided to use Decimal for every price.\nTODO: drop the float helpers"
+    first, second = f"s-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+
+    async def session(sid: str) -> str:
+        events = [ev(sid, "prompt", cwd="/p", prompt="prices"), ev(sid, "stop", message=said),
+                  ev(sid, "session_end", reason="exit")]  # fmt: skip
+        r = await client.post("/v1/sessions/events", json={"events": events}, headers=h)
+        assert r.status_code == 202
+        await digest(make_pipeline, client, tenant)
+        pipeline = make_pipeline()
+        for _ in range(3):  # the project's own jobs (digest() runs the default project's)
+            jobs = (await client.get("/v1/jobs", params={"status": "pending"}, headers=h)).json()
+            if not jobs["jobs"]:
+                break
+            for job in reversed(jobs["jobs"]):
+                await run_job(pipeline, tenant, job["id"])
+        r = await client.get("/v1/sessions/resume", params={"cwd": "/p"}, headers=h)
+        return str(r.json()["context"])
+
+    once = await session(first)
+    assert once and "Decision" not in once
+    patterns = (await client.get("/v1/sessions/patterns", headers=h)).json()["patterns"]
+    kinds = {p["kind"]: p for p in patterns}
+    assert kinds["decision"]["sessions"] == 1 and kinds["todo"]["template"].startswith("drop the")
+    twice = await session(second)
+    assert "Decision x2 in 2 session(s): use Decimal for every price" in twice

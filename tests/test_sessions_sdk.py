@@ -27,6 +27,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import Tenant
+from tests.test_mcp_http import _failed, _text
 from tests.test_sessions import digest, ev, failing_test
 
 CWD = "/home/dev/shop"
@@ -225,15 +226,6 @@ async def test_mcp_tools_read_sessions(live_url, tenant, client, make_pipeline) 
         quiet = await session.call_tool("resume_context", {"cwd": CWD})
         assert not _failed(quiet)
         assert "Ship the thing" not in _text(quiet) and "injection is off" in _text(quiet)
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(c, "text", "") for c in result.content)
-
-
-def _failed(result: Any) -> bool:
-    flag = getattr(result, "is_error", None)
-    return bool(flag if flag is not None else getattr(result, "isError", False))
 
 
 # -- what is retried: a real server that is always down ------------------------------

@@ -144,7 +144,6 @@ def _carry(state: dict[str, Any], d: observe.Digest) -> dict[str, Any]:
         ("prompts", d.prompts),
         ("changed", d.changed),
         ("decisions", d.decisions),
-        ("todo_candidates", d.todo_candidates),
     ):
         out[name] = observe.unique([*out.get(name, []), *values])[-CARRIED:]
     if d.last_message:
@@ -333,7 +332,9 @@ async def _patterns(
             _, _, files, n = seen.get((kind, e.key), (e.template, e.example, [], 0))
             merged = observe.unique([*files, *e.files])
             seen[(kind, e.key)] = (e.template, e.example, merged, n + 1)
-    for kind, texts in (("decision", d.decisions), ("preference", d.preferences)):
+    # Phrase hits: low-confidence candidates, counted like the rest.
+    candidates = (("decision", d.decisions), ("preference", d.preferences))
+    for kind, texts in (*candidates, ("todo", d.todo_candidates)):
         for t in texts:
             seen[(kind, _pattern_key(kind, t.casefold()))] = (t, t, [], 1)
     for (kind, pattern), (tmpl, example, files, n) in seen.items():
@@ -350,9 +351,13 @@ async def _patterns(
             at=now,
         )
         note_id = f"pattern/{kind}/{pattern}"
-        label = {"error": "Recurring error", "fix": "Fixed before", "decision": "Decision"}.get(
-            kind, "Preference (candidate)"
-        )
+        label = {
+            "error": "Recurring error",
+            "fix": "Fixed before",
+            "decision": "Decision (candidate)",
+            "preference": "Preference (candidate)",
+            "todo": "To do (candidate)",
+        }[kind]
         await notes.put(
             session,
             scope,
@@ -373,6 +378,9 @@ def checkpoint_text(cp: dict[str, Any]) -> str:
     lines.append(cp["summary"])
     if cp["decisions"]:
         lines += ["Decisions:", *(f"- {x}" for x in cp["decisions"])]
+    if cp.get("candidates"):
+        lines += ["Possibly decided (from the conversation's words, unconfirmed):"]
+        lines += [f"- {x}" for x in cp["candidates"]]
     if cp["open_tasks"]:
         lines += ["Open tasks:", *(f"- {x}" for x in cp["open_tasks"])]
     if cp["files"]:
@@ -394,9 +402,12 @@ async def _checkpoint(
     summary_src = str(state.get("compact_summary") or "")
     carried = observe.Digest(todos=dict(state.get("todos") or {}), compact_summary=summary_src)
     tasks = observe.open_tasks(carried)
-    decisions = observe.unique(
-        [*observe.decisions_in(summary_src), *d.decisions, *state.get("decisions", [])]
-    )[:20]
+    # The host's own summary states decisions; phrases in the conversation
+    # only suggest them (candidates, shown apart and never in the resume block).
+    decisions = observe.decisions_in(summary_src)[:20]
+    candidates = [
+        x for x in observe.unique([*d.decisions, *state.get("decisions", [])]) if x not in decisions
+    ][:20]
     if summary_src:
         summary = summary_src[:3000]
     else:
@@ -418,6 +429,7 @@ async def _checkpoint(
         "trigger": trigger,
         "summary": summary,
         "decisions": decisions,
+        "candidates": candidates,
         "open_tasks": tasks[:30],
         "files": list(state.get("changed", []))[-15:],
     }

@@ -32,7 +32,6 @@ from app.tenancy import Scope
 
 # Events kept as notes; the others only count, or feed the digest.
 NOTE_KINDS = {"prompt", "tool_result", "tool_failure", "stop", "post_compact", "subagent_stop"}
-DIGEST_ONLY = {"session_start", "session_end", "pre_compact"}
 OFF, ON = "[keepmem:off]", "[keepmem:on]"
 DIGEST_PRIORITY = 8
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")

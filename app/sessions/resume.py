@@ -74,8 +74,9 @@ def pattern_lines(patterns: Sequence[Any], now: datetime) -> list[Line]:
         if p.kind not in SHOWN_KINDS:
             continue
         sessions = len(p.sessions)
-        # A preference or decision seen once is a candidate, not a pattern.
-        if p.kind in ("preference",) and sessions < 2:
+        # Decisions and preferences are phrase hits: candidates until a
+        # second session says the same (the checkpoint carries the host's own).
+        if p.kind in ("decision", "preference") and sessions < 2:
             continue
         where = f" (files: {', '.join(p.files[:3])})" if p.files else ""
         label = {"error": "Error", "fix": "Fixed", "decision": "Decision"}.get(p.kind, "Preference")
@@ -110,10 +111,7 @@ def pack(lines: Sequence[Line], *, budget: int, title: str) -> str:
     parts = [title]
     for section in SECTIONS:
         if section in chosen:
-            keep = chosen[section]
-            if section == "checkpoint":  # its lines read in their own order
-                keep = sorted(keep, key=lambda x: -x.score)
-            parts += ["", TITLES[section], *(x.text for x in keep)]
+            parts += ["", TITLES[section], *(x.text for x in chosen[section])]
     return "\n".join(parts)[:budget]
 
 

@@ -95,7 +95,7 @@ async def patterns(
     scope: ReadScope,
     session: SessionDep,
     kind: Annotated[
-        list[Literal["error", "fix", "decision", "preference"]],
+        list[Literal["error", "fix", "decision", "preference", "todo"]],
         Query(description="Kinds wanted; all when left out."),
     ] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=500)] = 50,

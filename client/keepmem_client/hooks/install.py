@@ -73,20 +73,8 @@ _GEMINI_EVENTS = (
     "SessionEnd",
     "Notification",
 )
-_KIMI_EVENTS = (
-    "SessionStart",
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "SubagentStart",
-    "SubagentStop",
-    "Stop",
-    "PreCompact",
-    "PostCompact",
-    "SessionEnd",
-    "Notification",
-)
+# Kimi CLI names its hook events as Claude Code does.
+_KIMI_EVENTS = _CLAUDE_EVENTS
 # Where the host reads our answer; everything else is capture only.
 _ANSWERING = {"SessionStart", "UserPromptSubmit", "BeforeAgent"}
 _TOOL_EVENTS = {"PreToolUse", "PostToolUse", "PostToolUseFailure", "BeforeTool", "AfterTool"}

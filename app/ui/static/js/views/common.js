@@ -2,6 +2,19 @@
 
 import { h, link, tagList, when } from "../dom.js";
 
+// Previous / next buttons over a cursor-paged list: ``cursors`` is the
+// stack of cursors of the pages before, ``current`` this page's cursor.
+export function pagerButtons(cursors, current, nextCursor, load, fail) {
+  const prev = h("button", { type: "button", disabled: cursors.length === 0 }, "Previous page");
+  const next = h("button", { type: "button", disabled: !nextCursor }, "Next page");
+  prev.addEventListener("click", () => load(cursors.pop()).catch(fail));
+  next.addEventListener("click", () => {
+    cursors.push(current);
+    load(nextCursor).catch(fail);
+  });
+  return [prev, next];
+}
+
 // "topic=sea, speaker=Melanie" -> {topic: ["sea"], speaker: ["Melanie"]}
 export function parseTags(text) {
   const out = {};

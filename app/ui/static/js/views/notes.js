@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { checkbox, field, h, input, replace, select, table } from "../dom.js";
-import { noteRow, tagQuery } from "./common.js";
+import { noteRow, pagerButtons, tagQuery } from "./common.js";
 
 const HEADERS = ["Id", "Summary", "Tags", "Updated"];
 
@@ -62,14 +62,7 @@ export async function render(main, params, ctx) {
     current = cursor;
     replace(body, page.notes.map((n) => noteRow(n)));
     replace(count, page.notes.length ? `${page.notes.length} notes on this page` : "No notes match.");
-    const prev = h("button", { type: "button", disabled: cursors.length === 0 }, "Previous page");
-    const next = h("button", { type: "button", disabled: !page.next_cursor }, "Next page");
-    prev.addEventListener("click", () => load(cursors.pop()).catch(ctx.fail));
-    next.addEventListener("click", () => {
-      cursors.push(current);
-      load(page.next_cursor).catch(ctx.fail);
-    });
-    replace(pager, prev, next);
+    replace(pager, ...pagerButtons(cursors, current, page.next_cursor, load, ctx.fail));
   }
 
   replace(main, h("h1", {}, "Notes"), form, count, list, pager);

@@ -4,6 +4,7 @@
 
 import { api, sessionUrl } from "../api.js";
 import { field, h, input, link, replace, select, table, tagList, when } from "../dom.js";
+import { pagerButtons } from "./common.js";
 
 const PAGE = 25;
 const TIMELINE_KINDS = [
@@ -186,14 +187,7 @@ function timelinePanel(s, params, ctx) {
       ),
     );
     replace(count, page.items.length ? `${page.items.length} items on this page` : "Nothing on the timeline matches.");
-    const prev = h("button", { type: "button", disabled: cursors.length === 0 }, "Previous page");
-    const next = h("button", { type: "button", disabled: !page.next_cursor }, "Next page");
-    prev.addEventListener("click", () => load(cursors.pop()).catch(ctx.fail));
-    next.addEventListener("click", () => {
-      cursors.push(current);
-      load(page.next_cursor).catch(ctx.fail);
-    });
-    replace(pager, prev, next);
+    replace(pager, ...pagerButtons(cursors, current, page.next_cursor, load, ctx.fail));
   }
 
   const section = h(
