@@ -45,6 +45,7 @@ from app.providers.factory import make_embedder
 from app.ratelimit import StreamSlots
 from app.request_vars import request_id_var
 from app.search.router import router as search_router
+from app.memories.router import router as memories_router
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.tenants.router import router as projects_router
@@ -216,6 +217,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(usage_router)
     app.include_router(events_router)
     app.include_router(sessions_router)
+    app.include_router(memories_router)
     app.include_router(projects_router)
     app.add_middleware(
         RequestContextMiddleware,

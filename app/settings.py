@@ -190,6 +190,15 @@ class Settings(BaseSettings):
     session_idle_minutes: int = Field(
         default=30, ge=1, description="A session quiet this long is checkpointed."
     )
+    # Memory formation (app.memories): extraction from messages by rules
+    # unless a model is named; a project's tokens per UTC day are capped by
+    # memory_llm_tokens_per_day (a project may set less). Past the budget a
+    # batch is read by the rules.
+    memory_llm_provider: str = Field(default="none", description="none | openai | anthropic")
+    memory_llm_model: str = "gpt-4o-mini"
+    memory_llm_api_key: SecretStr | None = None
+    memory_llm_base_url: str = ""
+    memory_llm_tokens_per_day: int = Field(default=500_000, ge=0)
     part_target_chars: int = 1200
     analyze_min_chars: int = 300
 

@@ -140,6 +140,10 @@ TEXT_OWNERS = {
             "session_collections",
         )
     },
+    **{
+        table: "app/memories/repository.py"
+        for table in ("memory_threads", "memory_inbox", "memory_spend")
+    },
 }
 _WRITE_CALLS = {"insert", "pg_insert", "update", "delete"}
 _SQL_WRITE = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+([a-z_]+)")
@@ -418,6 +422,7 @@ LAYERS = [
     "notes",  # the note aggregate: every note, version, part, vector, edge, change
     "ingest", "graph", "search", "retention", "events", "flows",
     "sessions",  # coding-agent sessions: hook events in, checkpoints and patterns out
+    "memories",  # memory formation: messages in, memories out, reconciled by slot and time
     "accounts",  # making tenants and projects: keys, seeded notes, usage
     "oauth", "erasure", "keepstore", "health",
     "pipeline",  # the worker's machinery: runs every domain's background work

@@ -50,7 +50,7 @@ def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
             database=name,
         )
         # tenants + TENANT_TABLES + 4 OAuth + 2 usage + webhooks + 6 of sessions
-        assert int(rls.strip()) == 29
+        assert int(rls.strip()) == 32
         hnsw = stack.pg.psql(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_embeddings_hnsw_384'",
             database=name,

@@ -19,6 +19,7 @@ class JobKind(StrEnum):
     WEBHOOK = "webhook"  # POST a batch of a project's events to one of its webhooks
     SESSION_DIGEST = "session_digest"  # a coding-agent session's new events: observations,
     # patterns, checkpoints, the project's resume block
+    MEMORY_EXTRACT = "memory_extract"  # a thread's new messages: memories, reconciled
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

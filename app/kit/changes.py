@@ -19,6 +19,9 @@ class EventKind(StrEnum):
     CHECKPOINT = "checkpoint"  # a coding-agent session's checkpoint was written
     COMPACTION = "compaction"  # a session's host compacted its context
     PATTERN = "pattern"  # a recurring error, fix or decision was seen (again)
+    MEMORY_ADDED = "memory_added"  # a memory formed (new, or a new belief about a slot)
+    MEMORY_UPDATED = "memory_updated"  # a memory restated with more (a new version of it)
+    MEMORY_SUPERSEDED = "memory_superseded"  # a newer memory replaced (or retracted) this one
 
 
 #: keep's own mutation names (its export reads only these).

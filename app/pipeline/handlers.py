@@ -19,6 +19,7 @@ from app.ingest import documents
 from app.jobs import outbox
 from app.jobs.kinds import JobKind
 from app.kit.fetch import FetchPolicy, fetch
+from app.memories import extraction
 from app.models import Note
 from app.notes import derived
 from app.notes import repository as notes
@@ -409,6 +410,27 @@ async def session_digest(run: JobRun) -> None:
         await run.finish(session, result)
 
 
+async def memory_extract(run: JobRun) -> None:
+    """A thread's new messages: memories read (a model's, or the rules'),
+    reconciled with what is believed (``app.memories.extraction``)."""
+    p, tid = run.pipeline, str(run.job.payload.get("thread_id", ""))
+    async with run.transaction() as session:
+        loaded = await extraction.load(
+            session,
+            run.scope,
+            thread_id=tid,
+            server_budget=p.settings.memory_llm_tokens_per_day,
+            model=p.extractor is not None,
+        )
+        if loaded is None:
+            await run.finish(session, {"skipped": "thread deleted"})
+            return
+    got = await extraction.read(loaded, p.extractor)
+    async with run.transaction() as session:
+        result = await extraction.apply(session, run.scope, loaded, got, limits=p.settings.limits)
+        await run.finish(session, result)
+
+
 HANDLERS: dict[JobKind, Handler] = {
     JobKind.WEBHOOK: _one(webhook),
     JobKind.SUMMARIZE: _one(summarize),
@@ -420,4 +442,5 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.OCR: _one(ocr),
     JobKind.EXTRACT_GRAPH: _one(extract_graph),
     JobKind.SESSION_DIGEST: _one(session_digest),
+    JobKind.MEMORY_EXTRACT: _one(memory_extract),
 }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from app.db import Database
 from app.providers.compression import Compressor
 from app.providers.embedding.base import Embedder, QueryCache
+from app.providers.extraction import Extractor
 from app.providers.factory import make_describer, make_graph_extractor
 from app.providers.graph.base import GraphExtractor
 from app.providers.media.describe import Describer
@@ -31,6 +32,7 @@ class Pipeline:
     graph_extractor: GraphExtractor | None = None
     describer_instance: Describer | None = None
     compressor: Compressor | None = None  # sessions' model (session_llm_provider)
+    extractor: Extractor | None = None  # memories' model (memory_llm_provider)
 
     def describer(self) -> Describer | None:
         """The optional image describer (media_provider), loaded on first use."""
@@ -57,3 +59,5 @@ class Pipeline:
             await self.graph_extractor.aclose()
         if self.compressor is not None:
             await self.compressor.aclose()
+        if self.extractor is not None:
+            await self.extractor.aclose()

@@ -25,6 +25,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     text,
     true,
@@ -34,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kit.timeutil import keep_ts
 from app.models import Embedding, Note, NoteVersion
 from app.notes.repository.vectors import INDEXED_DIMS
 from app.search.ranking import Key
@@ -50,6 +52,11 @@ class Filters:
     id_regex: str | None = None
     include_hidden: bool = False
     exclude_ids: Sequence[str] = ()
+    #: Notes a newer one replaced (tagged ``superseded_by``) are left out
+    #: unless asked for; ``as_of`` (a ``keep_ts`` string) keeps those
+    #: replaced only after it, and leaves out notes made after it.
+    include_superseded: bool = False
+    as_of: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,14 @@ def note_filters(scope: Scope, f: Filters) -> list[Any]:
         conds.append(~Note.id.startswith(".", autoescape=True))
     if f.exclude_ids:
         conds.append(Note.id.not_in(list(f.exclude_ids)))
+    if f.as_of is not None:
+        conds.append(Note.created_at <= f.as_of)
+    if not f.include_superseded:
+        current = ~Note.tag_index.contains(["superseded_by"])
+        if f.as_of is not None:
+            then = keep_ts(f.as_of)
+            current = or_(current, Note.tags["superseded_at"].astext > then)
+        conds.append(current)
     return conds
 
 

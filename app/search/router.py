@@ -127,6 +127,8 @@ def _find_input(body: SearchRequest) -> service.FindInput:
         deep=body.deep,
         deep_follow_depth=body.deep_follow_depth,
         explain=body.explain,
+        include_superseded=body.include_superseded,
+        as_of=body.as_of,
     )
 
 

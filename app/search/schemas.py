@@ -66,6 +66,16 @@ class SearchRequest(BaseModel):
         "from the top results, and return what they reach in deep_groups.",
     )
     deep_follow_depth: int = Field(default=10, ge=1, le=100, description="Hops to follow.")
+    include_superseded: StrictBool = Field(
+        default=False,
+        description="Include notes a newer one replaced (memories tagged superseded_by).",
+    )
+    as_of: str | None = Field(
+        default=None,
+        max_length=64,
+        description="ISO-8601 time: what was believed then (notes made by then; memories "
+        "superseded only after it count as current).",
+    )
     explain: StrictBool = Field(
         default=False,
         description="Return with each result how its score came about (stage scores, "

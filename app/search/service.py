@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -30,7 +31,7 @@ from app.graph import service as graph
 from app.jobs import repository as jobs
 from app.kit import tags as tagrules
 from app.kit.ids import InvalidId, glob_regex, is_system_id, normalize_id
-from app.kit.timeutil import parse_when
+from app.kit.timeutil import parse_timestamp, parse_when
 from app.logs import log_failure
 from app.notes import repository as notes
 from app.notes.repository import vectors
@@ -73,6 +74,8 @@ class FindInput:
     deep: bool = False  # follow edges from the top results (deep_groups)
     deep_follow_depth: int = 10
     explain: bool = False  # record how each result's score came about
+    include_superseded: bool = False  # notes tagged superseded_by (replaced memories)
+    as_of: str | None = None  # ISO-8601: what was believed then
 
 
 @dataclass(slots=True)
@@ -104,7 +107,18 @@ def _filters(data: FindInput, exclude: list[str]) -> repo.Filters:
         id_regex=glob_regex(data.scope) if data.scope else None,
         include_hidden=data.include_hidden,
         exclude_ids=exclude,
+        include_superseded=data.include_superseded,
+        as_of=_as_of(data.as_of),
     )
+
+
+def _as_of(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        return parse_timestamp(raw)
+    except ValueError as exc:
+        raise BadRequest(f"invalid as_of {raw[:80]!r}: use an ISO-8601 time ({exc})") from exc
 
 
 def _gather(found: dict[Key, Candidate], hits: list[repo.Hit], stage: str) -> None:
@@ -478,6 +492,8 @@ async def _deep(
         return []
     found = await notes.get_many(session, scope, list(owner))
     found = {k: n for k, n in found.items() if n.source != graph.STUB_SOURCE}
+    if not data.include_superseded:
+        found = {k: n for k, n in found.items() if "superseded_by" not in (n.tags or {})}
     closeness: dict[str, float] = {}
     if vector is not None:
         keys = [(i, "note", 0) for i in found]
