@@ -33,6 +33,8 @@ class Vendor:
     summary: str = "A short summary from the model."
     # (input, output) tokens a chat reply reports in its ``usage`` block; None: no block
     usage: tuple[int, int] | None = None
+    # chat replies to give, one a call, before falling back to ``summary``
+    script: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reply(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
@@ -72,7 +74,7 @@ class Vendor:
                     {
                         "index": 0,
                         "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": self.summary},
+                        "message": {"role": "assistant", "content": self._said()},
                     }
                 ],
             }
@@ -82,10 +84,15 @@ class Vendor:
                 "id": "msg_1",
                 "type": "message",
                 "role": "assistant",
-                "content": [{"type": "text", "text": self.summary}],
+                "content": [{"type": "text", "text": self._said()}],
                 "stop_reason": "end_turn",
             }
         return 404, {"error": "no such endpoint"}
+
+    def _said(self) -> str:
+        """The next scripted chat reply, else ``summary``."""
+        with self.lock:
+            return self.script.pop(0) if self.script else self.summary
 
     def _usage(self, tokens_in: str, tokens_out: str) -> dict[str, Any]:
         """A chat reply's ``usage`` block under the vendor's names, if one is set."""

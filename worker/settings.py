@@ -18,7 +18,12 @@ from app.db import Database
 from app.health import repository as health
 from app.pipeline import dispatcher, runner
 from app.providers.embedding.base import QueryCache
-from app.providers.factory import make_compressor, make_embedder, make_summarizer
+from app.providers.factory import (
+    make_compressor,
+    make_embedder,
+    make_extractor,
+    make_summarizer,
+)
 from app.settings import get_settings
 
 
@@ -31,6 +36,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         summarizer=make_summarizer(settings),
         query_cache=QueryCache(),
         compressor=make_compressor(settings),
+        extractor=make_extractor(settings),
     )
     ctx["pipeline"] = pipeline
     metrics.watch_pool(pipeline.db.pool_status)

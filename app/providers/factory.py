@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 
 from app.providers import compression as compressors
+from app.providers import extraction_llm as extractors
 from app.providers.compression import Compressor
 from app.providers.embedding.base import Embedder
 from app.providers.embedding.base import registry as embedders
 from app.providers.errors import model_wheel_pin
+from app.providers.extraction import Extractor
 from app.providers.graph.base import GraphExtractor
 from app.providers.graph.base import registry as graph_extractors
 from app.providers.media.describe import Describer
@@ -56,6 +58,17 @@ def make_compressor(settings: Settings) -> Compressor | None:
         model=settings.session_llm_model,
         api_key=key,
         base_url=settings.session_llm_base_url,
+    )
+
+
+def make_extractor(settings: Settings) -> Extractor | None:
+    """The memories' model, or None when memory_llm_provider is "none"."""
+    key = settings.memory_llm_api_key.get_secret_value() if settings.memory_llm_api_key else ""
+    return extractors.create(
+        settings.memory_llm_provider,
+        model=settings.memory_llm_model,
+        api_key=key,
+        base_url=settings.memory_llm_base_url,
     )
 
 
