@@ -34,6 +34,7 @@ from app.jobs.router import router as jobs_router
 from app.logs import log_failure
 from app.mcp_endpoint import PATH as MCP_PATH
 from app.mcp_endpoint import McpEndpoint
+from app.memories.router import router as memories_router
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
 from app.oauth.keyring import Keyring
@@ -45,7 +46,6 @@ from app.providers.factory import make_embedder
 from app.ratelimit import StreamSlots
 from app.request_vars import request_id_var
 from app.search.router import router as search_router
-from app.memories.router import router as memories_router
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.tenants.router import router as projects_router

@@ -51,6 +51,19 @@ EMBEDDED = Counter(
     "Notes and parts this worker embedded (rate: embedding throughput).",
     registry=REGISTRY,
 )
+MEMORY_EXTRACTIONS = Counter(
+    "keepmem_memory_extractions_total",
+    "Memory extraction runs by mode (rules, a model's name, or refused: past the budget, "
+    "read by the rules) and their outcomes by op (add, supersede, update, noop).",
+    ["mode", "op"],
+    registry=REGISTRY,
+)
+MEMORY_TOKENS = Counter(
+    "keepmem_memory_tokens_total",
+    "Model tokens spent on memory extraction, by direction (in, out).",
+    ["direction"],
+    registry=REGISTRY,
+)
 QUEUED = Gauge(
     "keepmem_jobs",
     "Jobs in the outbox by kind and status (pending, dispatched, running, dead).",
@@ -88,6 +101,15 @@ def observe_job(kind: str, outcome: str, seconds: float) -> None:
     JOBS.labels(kind, outcome).observe(seconds)
     if outcome in ("retry", "dead"):
         JOB_FAILURES.labels(kind, outcome).inc()
+
+
+def observe_extraction(mode: str, ops: dict[str, int], tokens_in: int, tokens_out: int) -> None:
+    for op, n in ops.items():
+        if n:
+            MEMORY_EXTRACTIONS.labels(mode, op).inc(n)
+    if tokens_in or tokens_out:
+        MEMORY_TOKENS.labels("in").inc(tokens_in)
+        MEMORY_TOKENS.labels("out").inc(tokens_out)
 
 
 def watch_pool(pool_status: Callable[[], dict[str, int]]) -> None:

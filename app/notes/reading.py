@@ -17,7 +17,7 @@ from app.jobs import repository as jobs
 from app.kit import storable
 from app.kit import tags as tagrules
 from app.kit.ids import InvalidId, glob_regex, is_now_id, normalize_id, parse_selector
-from app.kit.timeutil import parse_timestamp, parse_when, utcnow
+from app.kit.timeutil import keep_ts, parse_timestamp, parse_when, utcnow
 from app.models import Note
 from app.notes import repository as repo
 from app.notes.common import tag_error, valid_id
@@ -160,6 +160,27 @@ async def list_notes(
     items = [note_view(r, pending=pending.get(r.id, [])) for r in rows]
     cursor = _encode_cursor(query.order_by, rows[-1]) if more and rows else None
     return ListResult(items=items, next_cursor=cursor)
+
+
+async def get_as_of(
+    session: AsyncSession, scope: Scope, *, raw_id: str, as_of: datetime
+) -> ItemView:
+    """The note as it read at ``as_of``: the newest version written by then
+    (its content and summary; tags change in place, so they are today's).
+    A note made after ``as_of`` did not exist then: not found."""
+    note_id = valid_id(raw_id)
+    note = await repo.get(session, scope, note_id)
+    if note is None or note.created_at > as_of:
+        raise NoteNotFound(f"note not found at {keep_ts(as_of)}: {raw_id}")
+    if note.updated_at <= as_of:
+        return note_view(note)
+    rows = list(await repo.list_versions(session, scope, note_id, limit=1000))
+    for offset, version in enumerate(rows, start=1):
+        if version.updated_at <= as_of:
+            return version_view(note_id, offset, version)
+    # Every state was touched after as_of (a tag change moves a note's time
+    # but archives nothing): the oldest state is what it read then.
+    return version_view(note_id, len(rows), rows[-1]) if rows else note_view(note)
 
 
 async def exists(session: AsyncSession, scope: Scope, *, note_id: str) -> bool:

@@ -8,6 +8,7 @@ from fastapi import Query
 
 from app.deps import LimitsDep, NoteIdDep, ReadScope, SessionDep, WriteScope
 from app.errors import BadRequest
+from app.kit.timeutil import parse_timestamp
 from app.notes import service
 from app.notes.schemas import (
     AnalyzeRequest,
@@ -136,10 +137,26 @@ async def list_notes(
 
 
 @router.get("/notes/{note_id}", response_model=NoteOut, summary="Get a note, version or part")
-async def get_note(note_id: NoteIdDep, scope: ReadScope, session: SessionDep) -> NoteOut:
+async def get_note(
+    note_id: NoteIdDep,
+    scope: ReadScope,
+    session: SessionDep,
+    as_of: Annotated[
+        str | None,
+        Query(max_length=64, description="ISO-8601: the version the note had then."),
+    ] = None,
+) -> NoteOut:
     """Get a note by id. A note with exactly this id wins; otherwise `ID@V{N}`
     is the N-th previous version (`@V{-1}` the oldest) and `ID@P{N}` part N.
-    `now` and `now:<scope>` are created from the `.now` template on first read."""
+    `now` and `now:<scope>` are created from the `.now` template on first read.
+    With `as_of`, the note as it read then: the newest version written by that
+    time (tags are today's: they change in place); 404 if it did not exist yet."""
+    if as_of is not None:
+        try:
+            moment = parse_timestamp(as_of)
+        except ValueError as exc:
+            raise BadRequest(f"invalid as_of {as_of[:80]!r}: use ISO-8601 ({exc})") from exc
+        return NoteOut.of(await service.get_as_of(session, scope, raw_id=note_id, as_of=moment))
     return NoteOut.of(await service.get(session, scope, raw_id=note_id))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from app.notes.batch import MAX_BATCH, BatchItem, put_many
 from app.notes.common import PENDING_TAG, valid_id
 from app.notes.history import DeleteResult, VersionEntry, delete, move, versions
-from app.notes.reading import ListInput, ListResult, count, get, list_notes, parts
+from app.notes.reading import ListInput, ListResult, count, get, get_as_of, list_notes, parts
 from app.notes.tagging import tag
 from app.notes.writing import PutInput, put, request_analysis, seed_system_docs
 from app.settings import Limits
@@ -31,6 +31,7 @@ __all__ = [
     "count",
     "delete",
     "get",
+    "get_as_of",
     "list_notes",
     "move",
     "parts",

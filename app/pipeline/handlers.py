@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import metrics
 from app.events import webhooks
 from app.graph import service as graph
 from app.ingest import documents
@@ -429,6 +430,9 @@ async def memory_extract(run: JobRun) -> None:
     async with run.transaction() as session:
         result = await extraction.apply(session, run.scope, loaded, got, limits=p.settings.limits)
         await run.finish(session, result)
+    mode = "refused" if got.refused else got.mode
+    ops = {op: int(result.get(op, 0)) for op in ("add", "supersede", "update", "noop")}
+    metrics.observe_extraction(mode, ops, got.tokens_in, got.tokens_out)
 
 
 HANDLERS: dict[JobKind, Handler] = {

@@ -1,7 +1,7 @@
 """All SQL touching the usage counters (written by triggers, migration 0012:
 notes and stored bytes in 16 shards per tenant, jobs per UTC day), and the
-reads of the sessions' model spend (``session_spend``, written by the
-sessions domain) that usage reports."""
+reads of the model spend (``session_spend``, ``memory_spend``, written by the
+sessions and memories domains) that usage reports."""
 
 from __future__ import annotations
 
@@ -35,17 +35,24 @@ async def jobs_on(session: AsyncSession, tenant: TenantScope, day: date) -> int:
     return int(value or 0)
 
 
-async def model_spend_on(session: AsyncSession, tenant: TenantScope, day: date) -> dict[str, int]:
+# Where each use of a model counts its spend (the tables' owners write them).
+SPEND_TABLES = {"sessions": "session_spend", "memories": "memory_spend"}
+
+
+async def model_spend_on(
+    session: AsyncSession, tenant: TenantScope, day: date, *, use: str = "sessions"
+) -> dict[str, int]:
     """The tenant's model calls and tokens (``calls``, ``tokens_in``,
-    ``tokens_out``) for session compression on ``day``, summed over its
-    projects (zeros when there were none)."""
+    ``tokens_out``) for one use of a model (session compression, memory
+    extraction) on ``day``, summed over its projects (zeros when there
+    were none)."""
     row = (
         await session.execute(
             text(
                 "SELECT coalesce(sum(calls), 0) AS calls, "
                 "coalesce(sum(tokens_in), 0) AS tokens_in, "
                 "coalesce(sum(tokens_out), 0) AS tokens_out "
-                "FROM session_spend WHERE tenant_id = :t AND day = :d"
+                f"FROM {SPEND_TABLES[use]} WHERE tenant_id = :t AND day = :d"
             ),
             {"t": tenant.tenant_id, "d": day},
         )

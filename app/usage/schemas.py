@@ -52,4 +52,8 @@ class Usage(BaseModel):
         description="Model spend on compressing coding-agent sessions since 00:00 UTC, "
         "every project (each project's own, with its budget: `GET /v1/sessions/spend`)."
     )
+    memory_tokens_today: ModelSpend = Field(
+        description="Model spend on memory extraction since 00:00 UTC, every project "
+        "(each project's own, with its budget: `GET /v1/memories/spend`)."
+    )
     quotas: Quotas

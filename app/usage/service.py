@@ -50,6 +50,7 @@ async def usage(session: AsyncSession, tenant: TenantScope, *, redis: Any) -> di
         "requests_today": await ratelimit.requests_today(redis, tenant.tenant_id),
         "jobs_today": await repo.jobs_on(session, tenant, today),
         "model_tokens_today": await repo.model_spend_on(session, tenant, today),
+        "memory_tokens_today": await repo.model_spend_on(session, tenant, today, use="memories"),
         "quotas": {QUOTA_NAMES[k]: v for k, v in quotas.items()},
     }
 
