@@ -25,7 +25,15 @@ from app.kit.timeutil import parse_timestamp, utcnow
 from app.memories import reconcile, rules
 from app.memories import repository as repo
 from app.memories.intake import EXTRACT_PRIORITY, thread_note_id
-from app.memories.model import KINDS, Candidate, Memory, attribute_key, one_line, subject_key
+from app.memories.model import (
+    KINDS,
+    SINGLE,
+    Candidate,
+    Memory,
+    canonical_attribute,
+    one_line,
+    subject_key,
+)
 from app.memories.settings import budget_of
 from app.notes import reading
 from app.providers.extraction import Extraction, Extractor, Known, Proposed, Said
@@ -52,7 +60,15 @@ class Loaded:
 
     def said(self) -> list[Said]:
         return [
-            Said(i + 1, str(m["speaker"]), str(m["role"]), str(m["text"]), str(m["at"]))
+            Said(
+                i + 1,
+                # A system prompt's profile fields are about the thread's user.
+                str(m.get("user") or "user") if m["role"] == "system" else str(m["speaker"]),
+                str(m["role"]),
+                str(m["text"]),
+                str(m["at"]),
+                named=bool(m.get("named")),
+            )
             for i, m in enumerate(self.messages)
         ]
 
@@ -142,7 +158,7 @@ def candidate(p: Proposed, loaded: Loaded) -> Candidate | None:
     sources = [loaded.messages[n - 1] for n in p.sources if 1 <= n <= len(loaded.messages)]
     if not sources or p.kind not in KINDS:
         return None
-    subject, attribute = one_line(p.subject, 200), attribute_key(p.attribute)
+    subject, attribute = one_line(p.subject, 200), canonical_attribute(p.attribute)
     value, statement = one_line(p.value, 500), one_line(p.statement, 1000)
     if not (subject and attribute and value and statement):
         return None
@@ -155,7 +171,7 @@ def candidate(p: Proposed, loaded: Loaded) -> Candidate | None:
         value=value,
         statement=statement,
         confidence=max(0.0, min(1.0, p.confidence)),
-        single=p.single,
+        single=p.single or attribute in SINGLE,
         at=_time(p.valid_at, said_at),
         certainty=p.certainty,
         negated=p.negated,
@@ -175,6 +191,13 @@ def _replaced(p: Proposed, c: Candidate, loaded: Loaded) -> Memory | None:
     if subject_key(m.subject) != subject_key(c.subject) or m.attribute != c.attribute:
         return None
     return m
+
+
+async def count_call(session: AsyncSession, scope: Scope, tokens_in: int, tokens_out: int) -> None:
+    """A model call whose reply could not be used: its tokens count all the same."""
+    await repo.add_spend(
+        session, scope, day=utcnow().date(), calls=1, tokens_in=tokens_in, tokens_out=tokens_out
+    )
 
 
 async def apply(

@@ -129,6 +129,7 @@ async def add_messages(
                 "id": note_id,
                 "role": m.role,
                 "speaker": speaker,
+                "named": m.name is not None,
                 "text": m.content,
                 "at": at.isoformat(),
                 "user": user_id,

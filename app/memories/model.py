@@ -46,6 +46,61 @@ def attribute_key(attribute: str) -> str:
     return "_".join(words)[:64]
 
 
+# Attributes that hold one value at a time whatever a model says, and the
+# names models (and people) give them: one slot however it is named.
+SINGLE = frozenset(
+    [
+        "lives_in",
+        "hometown",
+        "works_at",
+        "job_title",
+        "name",
+        "age",
+        "relationship_status",
+        "project_name",
+        "email",
+        "phone",
+        "timezone",
+        "birthday",
+    ]
+)
+ALIASES = {
+    **dict.fromkeys(
+        [
+            "location",
+            "city",
+            "residence",
+            "home",
+            "lives",
+            "home_city",
+            "current_city",
+            "current_location",
+            "lives_at",
+            "resides_in",
+            "living_in",
+            "based_in",
+            "moved_to",
+        ],
+        "lives_in",
+    ),
+    **dict.fromkeys(["employer", "company", "workplace", "works_for", "work_place"], "works_at"),
+    **dict.fromkeys(["job", "occupation", "role", "profession", "title", "position"], "job_title"),
+    **dict.fromkeys(["from", "origin", "comes_from", "home_town", "born_in"], "hometown"),
+    **dict.fromkeys(["full_name", "called", "named"], "name"),
+    **dict.fromkeys(["like", "loves", "enjoys", "favorite", "favourite"], "likes"),
+    **dict.fromkeys(["dislike", "hates"], "dislikes"),
+    **dict.fromkeys(["preference", "prefer"], "prefers"),
+    **dict.fromkeys(["decision", "decides"], "decided"),
+    **dict.fromkeys(["task", "to_do", "needs_to"], "todo"),
+    **dict.fromkeys(["marital_status", "relationship"], "relationship_status"),
+}
+
+
+def canonical_attribute(attribute: str) -> str:
+    key = attribute_key(attribute)
+    return ALIASES.get(key, key)
+
+
 def value_words(value: str) -> list[str]:
     """The value's words, case-folded, without leading articles."""
     words = [w.strip("'") for w in _WORD.findall(value.casefold())]

@@ -52,6 +52,33 @@ def _same(m: Memory, c: Candidate) -> bool:
     return same_value(m.value, c.value) or refines(m.value, c.value) or refines(c.value, m.value)
 
 
+def ordered(slot: Sequence[Memory]) -> list[Memory]:
+    """A slot's memories in time order. Times are kept to the second, so
+    memories of one second are put in the order their links already say
+    (what a memory was superseded by comes after it), the current one last."""
+    by_time = sorted(slot, key=lambda m: (m.at, m.current, m.id))
+    out: list[Memory] = []
+    i = 0
+    while i < len(by_time):
+        j = i
+        while j < len(by_time) and by_time[j].at == by_time[i].at:
+            j += 1
+        group = by_time[i:j]
+        if len(group) > 1:
+            ids = {m.id: m for m in group}
+            pointed = {m.superseded_by for m in group if m.superseded_by in ids}
+            chained: list[Memory] = []
+            for start in (m for m in group if m.id not in pointed):
+                cur: Memory | None = start
+                while cur is not None and cur not in chained:
+                    chained.append(cur)
+                    cur = ids.get(cur.superseded_by or "")
+            group = chained + [m for m in group if m not in chained]
+        out += group
+        i = j
+    return out
+
+
 def plan(c: Candidate, slot: Sequence[Memory], replaced: Memory | None = None) -> Plan:
     """What ``c`` does to its slot (``slot``: every memory of it, current or
     not). ``replaced``: a memory a judge said ``c`` replaces (already
@@ -59,7 +86,7 @@ def plan(c: Candidate, slot: Sequence[Memory], replaced: Memory | None = None) -
     for m in slot:
         if m.id == c.id:
             return Plan("noop", m.id, reason="already recorded")
-    timeline = sorted(slot, key=lambda m: (m.at, m.id))
+    timeline = ordered(slot)
     before = [m for m in timeline if m.at <= c.at]
     after = [m for m in timeline if m.at > c.at]
     prev = before[-1] if before else None
@@ -150,6 +177,9 @@ async def apply(
     """Reconcile ``c`` with its slot and write the outcome through the notes
     domain. Slots are locked for the transaction: two extractions of one
     project never interleave on the same slot."""
+    # Memories keep their time to the second (keep's timestamps): so does c,
+    # or a memory of this second would seem older than one read back.
+    c.at = c.at.replace(microsecond=0)
     await repo.lock_slot(session, scope, "|".join(c.slot))
     slot = await slot_memories(session, scope, c)
     p = plan(c, slot, replaced)

@@ -24,6 +24,7 @@ from app.memories.schemas import (
     RememberIn,
     RememberOut,
     SpendOut,
+    ThreadDeleted,
     ThreadList,
     ThreadOut,
 )
@@ -82,6 +83,22 @@ async def list_threads(
 async def get_thread(thread_id: ThreadId, scope: ReadScope, session: SessionDep) -> ThreadOut:
     """A thread: its user and agent, counts, and how far extraction has read."""
     return await service.thread(session, scope, thread_id)
+
+
+@router.delete("/threads/{thread_id}", response_model=ThreadDeleted)
+async def delete_thread(
+    thread_id: ThreadId,
+    scope: WriteScope,
+    session: SessionDep,
+    memories: Annotated[
+        bool, Query(description="Also delete the memories formed from this thread.")
+    ] = False,
+) -> ThreadDeleted:
+    """Forget a thread: its messages (notes, with their versions), its record
+    and what waits for extraction; with ``memories=true`` also the memories
+    formed from it (others' memories that cite its messages keep them as
+    sources that no longer exist)."""
+    return await service.delete_thread(session, scope, thread_id, memories=memories)
 
 
 @router.get("/threads/{thread_id}/messages", response_model=MessageList)

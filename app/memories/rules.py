@@ -110,12 +110,36 @@ FIELDS = {
     "birthday": ("birthday", "The birthday of {s} is {v}"),
 }
 _FIELD = re.compile(
-    r"^\s*(?:[-*]\s*)?(?P<k>[A-Za-z][A-Za-z ]{1,20})\s*:\s*(?P<v>[^\n]{1,200}?)\s*$", re.M
+    # One line each: a heading such as "About me:" never takes the next line.
+    r"^[ \t]*(?:[-*][ \t]*)?(?P<k>[A-Za-z][A-Za-z ]{1,20})[ \t]*:[ \t]*(?P<v>[^\n]{1,200}?)[ \t]*$",
+    re.M,
 )
 _TRIM = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 # Values that are a pronoun or a feeling: "I love it", "I'm working on that".
 _VAGUE = frozenset(
-    ["it", "that", "this", "them", "him", "her", "you", "this", "one", "those", "these", "something", "anything", "everything", "so", "much", "it", "so", "much", "too", "doing"]
+    [
+        "it",
+        "that",
+        "this",
+        "them",
+        "him",
+        "her",
+        "you",
+        "this",
+        "one",
+        "those",
+        "these",
+        "something",
+        "anything",
+        "everything",
+        "so",
+        "much",
+        "it",
+        "so",
+        "much",
+        "too",
+        "doing",
+    ]
 )
 
 
@@ -194,13 +218,15 @@ def _from_phrases(said: Said) -> list[Proposed]:
 
 
 def extract(said: Sequence[Said]) -> list[Proposed]:
-    """Memories the rules read in the messages (system messages count only
-    for their profile fields; assistants' own sentences are not about the
-    user and are skipped)."""
+    """Memories the rules read in the messages: profile fields of any message
+    (a system prompt's are about the thread's user); first-person phrases of
+    users, and of assistant messages that name a person as their speaker
+    (two people in one thread). An agent's own sentences ("I need to check
+    the logs") are not memories about anyone, and are skipped."""
     out: list[Proposed] = []
     for s in said:
         if s.role in ("user", "system", "assistant"):
             out.extend(_from_fields(s))
-        if s.role == "user" or (s.role == "assistant" and s.speaker not in ("assistant",)):
+        if s.role == "user" or (s.role == "assistant" and s.named):
             out.extend(_from_phrases(s))
     return out

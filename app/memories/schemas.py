@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
+from app.kit.storable import json_integer
 from app.wire import MAX_OFFSET
+
+# An integer as JSON Schema means it: 5 and 5.0, never "5".
+Budget = Annotated[StrictInt, Field(ge=0, le=MAX_OFFSET), BeforeValidator(json_integer)]
 
 MAX_MESSAGES = 100
 THREAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@+=~-]*$"
@@ -150,6 +154,12 @@ class ThreadOut(BaseModel):
     memories_made: int
 
 
+class ThreadDeleted(BaseModel):
+    thread_id: str
+    messages: int = Field(description="Message notes deleted.")
+    memories: int = Field(description="Memory notes deleted (with memories=true).")
+
+
 class ThreadList(BaseModel):
     threads: list[ThreadOut]
 
@@ -186,10 +196,8 @@ class ContextOut(BaseModel):
 class MemorySettingsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    llm_tokens_per_day: int | None = Field(
+    llm_tokens_per_day: Budget | None = Field(
         default=None,
-        ge=0,
-        le=MAX_OFFSET,
         description="The project's extraction budget (tokens per UTC day); at most the "
         "server's. Past it, batches are read by the rules.",
     )

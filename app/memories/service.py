@@ -16,8 +16,8 @@ from app.errors import BadRequest, NoteNotFound
 from app.kit.timeutil import keep_ts, parse_timestamp, utcnow
 from app.memories import reconcile, rules
 from app.memories import repository as repo
-from app.memories.intake import whole_project
-from app.memories.model import PREFIX, Candidate, Memory, attribute_key, stamp
+from app.memories.intake import thread_note_id, whole_project
+from app.memories.model import PREFIX, Candidate, Memory, canonical_attribute, stamp
 from app.memories.schemas import (
     ContextMessage,
     ContextOut,
@@ -29,6 +29,7 @@ from app.memories.schemas import (
     RememberOut,
     SourceOut,
     SpendOut,
+    ThreadDeleted,
     ThreadOut,
     VersionOut,
 )
@@ -236,11 +237,12 @@ async def remember(
     subject = " ".join((body.subject or body.user_id or "user").split())
     at = when(body.valid_at, "valid_at") or utcnow()
     if body.attribute and body.value:
+        attribute = canonical_attribute(body.attribute)
         single = body.single if body.single is not None else body.kind == "fact"
         c = Candidate(
             kind=body.kind,
             subject=subject,
-            attribute=attribute_key(body.attribute) or "states",
+            attribute=attribute or "states",
             value=" ".join(body.value.split()),
             statement=" ".join(body.statement.split()),
             confidence=1.0,
@@ -324,6 +326,38 @@ async def threads(
     return [thread_out(r, await repo.inbox_size(session, scope, thread_id=r.id)) for r in rows]
 
 
+async def _delete_tagged(
+    session: AsyncSession, scope: Scope, tags: dict[str, str], key: str
+) -> int:
+    deleted = 0
+    while True:
+        page = await reading.list_notes(
+            session,
+            scope,
+            query=reading.ListInput(tags=tags, tag_keys=[key], limit=SCAN),
+            limits=Limits(),
+        )
+        for view in page.items:
+            await history.delete(session, scope, raw_id=view.id)
+            deleted += 1
+        if len(page.items) < SCAN:
+            return deleted
+
+
+async def delete_thread(
+    session: AsyncSession, scope: Scope, thread_id: str, *, memories: bool
+) -> ThreadDeleted:
+    """Forget a thread at its user's request: its messages (with their
+    versions), its record and unread inbox, and with ``memories`` the
+    memories formed from it. Not a model's decision: nothing else ever
+    deletes a memory."""
+    await thread(session, scope, thread_id)
+    gone = await _delete_tagged(session, scope, {"thread": thread_id}, "role")
+    made = await _delete_tagged(session, scope, {"thread": thread_id}, "memory") if memories else 0
+    await repo.delete_thread(session, scope, thread_id)
+    return ThreadDeleted(thread_id=thread_id, messages=gone, memories=made)
+
+
 async def messages(
     session: AsyncSession, scope: Scope, thread_id: str, *, limit: int, cursor: str | None
 ) -> MessageList:
@@ -332,13 +366,14 @@ async def messages(
     page = await reading.list_notes(
         session,
         scope,
+        # Message ids carry their number (thread/<id>/000042): by id is in order.
         query=reading.ListInput(
-            tags={"thread": thread_id}, tag_keys=["role"], limit=limit, cursor=cursor,
-            order_by="created",
+            prefix=thread_note_id(thread_id) + "/", tags={"thread": thread_id},
+            tag_keys=["role"], limit=limit, cursor=cursor, order_by="id",
         ),
         limits=Limits(),
     )  # fmt: skip
-    items = sorted(page.items, key=lambda v: (v.created_at, v.id))
+    items = page.items
     return MessageList(
         messages=[
             MessageOut(

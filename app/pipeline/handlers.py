@@ -29,6 +29,7 @@ from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
 from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
+from app.providers.extraction_llm import MalformedReply
 from app.providers.summarization.base import RelatedNote
 from app.retention import service as retention
 from app.search.fulltext import service as term_stats_service
@@ -426,7 +427,14 @@ async def memory_extract(run: JobRun) -> None:
         if loaded is None:
             await run.finish(session, {"skipped": "thread deleted"})
             return
-    got = await extraction.read(loaded, p.extractor)
+    try:
+        got = await extraction.read(loaded, p.extractor)
+    except MalformedReply as exc:
+        # The call was made and is paid for: it counts against the budget
+        # before the job retries.
+        async with run.transaction() as session:
+            await extraction.count_call(session, run.scope, exc.tokens_in, exc.tokens_out)
+        raise
     async with run.transaction() as session:
         result = await extraction.apply(session, run.scope, loaded, got, limits=p.settings.limits)
         await run.finish(session, result)

@@ -26,6 +26,7 @@ class Said:
     role: str
     text: str
     at: str  # ISO-8601 time the message was sent
+    named: bool = False  # the message named its speaker (a person, not a role or an agent)
 
 
 @dataclass(frozen=True, slots=True)

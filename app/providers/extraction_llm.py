@@ -34,7 +34,9 @@ PROMPT = (
     "Reply with ONE JSON object and nothing else: "
     f'{{"memories": [{{"kind": {_KIND_CHOICES}, '
     '"subject": who or what it is about, '
-    '"attribute": snake_case (lives_in, works_at, likes, decided, todo), '
+    '"attribute": snake_case, one of lives_in, hometown, works_at, job_title, name, age, '
+    "relationship_status, project_name, likes, dislikes, prefers, decided, todo, did "
+    "(another snake_case name only when none fits), "
     '"value": string, "statement": one sentence that stands alone, '
     '"confidence": 0 to 1, '
     '"single": true when the attribute holds one value at a time (lives_in), '
@@ -63,7 +65,11 @@ STATEMENT_WIDTH = 1000
 
 class MalformedReply(TransientError):
     """The reply holds no JSON object with a ``memories`` list. Transient: a
-    model may answer properly next time; the job retries, then dead-letters."""
+    model may answer properly next time; the job retries, then dead-letters.
+    The call was made all the same: its tokens count against the budget."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
 
 
 # -- what the model is shown --------------------------------------------------------
@@ -241,7 +247,7 @@ class _Reading:
             attribute=attribute,
             value=value,
             statement=_statement(raw.get("statement"))
-            or f"{subject} {attribute.replace('_', ' ')} {value}",
+            or f"{subject} {'no longer ' if negated else ''}{attribute.replace('_', ' ')} {value}",
             confidence=confidence,
             single=single,
             negated=negated,
@@ -305,7 +311,11 @@ class _Chat(HostedModel):
         """The memories in ``said`` (see ``Extractor.extract``)."""
         text, kept = render(said, known, self.max_input_chars)
         reply, tokens_in, tokens_out = await self._ask(text)
-        memories, dropped = parse_reply(reply, kept, known)
+        try:
+            memories, dropped = parse_reply(reply, kept, known)
+        except MalformedReply as exc:
+            exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
+            raise
         return Extraction(
             memories=memories, tokens_in=tokens_in, tokens_out=tokens_out, dropped=dropped
         )
