@@ -11,6 +11,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.test_sessions import digest
+
 
 def _text(result) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
@@ -50,6 +52,90 @@ async def test_remote_agent_over_streamable_http(live_url, tenant) -> None:
     # the note is in the tenant's project, as any client sees it
     r = httpx.get(f"{live_url}/v1/notes/tide", headers=headers)
     assert r.status_code == 200
+
+
+async def test_memories_over_mcp(live_url, tenant, client, make_pipeline) -> None:
+    """remember without an id is a memory, reconciled (twice the same
+    sentence leaves one memory); a conversation handed to add_messages
+    becomes memories once the worker's extraction ran, read back current,
+    as of a time, with their sources and history, and in the thread's
+    context block; failures are tool errors with keepmem's reason."""
+    headers = {"Authorization": f"Bearer {tenant.key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{live_url}/mcp", http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert {"add_messages", "memories", "memory", "thread_context"} <= names
+
+        async def called(tool: str, args: dict) -> object:
+            result = await session.call_tool(tool, args)
+            assert not _failed(result), _text(result)
+            return json.loads(_text(result))
+
+        said = "Carol is allergic to peanuts."
+        first = await called("remember", {"content": said, "tags": {"topic": "health"}})
+        again = await called("remember", {"content": said})
+        assert first["op"] == "add" and again["op"] == "noop"
+        assert again["memory"]["id"] == first["memory"]["id"]
+        r = httpx.get(f"{live_url}/v1/memories", params={"subject": "user"}, headers=headers)
+        assert [m["statement"] for m in r.json()["memories"]] == [said]
+
+        added = await called(
+            "add_messages",
+            {"thread_id": "carol-1", "user_id": "carol",
+             "messages": [{"role": "user", "name": "Carol", "content": "I live in Lyon.",
+                           "time": "2024-01-05T08:00:00Z"},
+                          {"role": "user", "name": "Carol",
+                           "content": "I moved to Nantes last week.",
+                           "time": "2024-04-02T08:00:00Z"}]},
+        )  # fmt: skip
+        assert added["extraction"] == "queued"
+        assert added["messages"] == ["thread/carol-1/000000", "thread/carol-1/000001"]
+        await digest(make_pipeline, client, tenant)
+
+        now = await called("memories", {"user_id": "carol"})
+        assert [(m["value"], m["current"]) for m in now] == [("Nantes", True)]
+        then = await called("memories", {"user_id": "carol", "as_of": "2024-02-01T00:00:00Z"})
+        assert [m["value"] for m in then] == ["Lyon"]
+        every = await called("memories", {"subject": "Carol", "include_superseded": True})
+        assert sorted(m["value"] for m in every) == ["Lyon", "Nantes"]
+        lyon = next(m for m in every if m["value"] == "Lyon")
+        one = await called("memory", {"id": lyon["id"]})
+        assert one["superseded_by"] == now[0]["id"]
+        assert [s["id"] for s in one["source_messages"]] == ["thread/carol-1/000000"]
+        assert [h["value"] for h in one["history"]] == ["Lyon", "Nantes"]
+
+        block = await session.call_tool(
+            "thread_context", {"thread_id": "carol-1", "query": "Where does Carol live?"}
+        )
+        assert not _failed(block)
+        assert "Carol lives in Nantes (unconfirmed)" in _text(block)
+        assert "Carol lives in Lyon" not in _text(block)
+
+        missing = await session.call_tool("memory", {"id": "mem/0000000000000000"})
+        assert _failed(missing) and "note_not_found" in _text(missing)
+        wrong = await session.call_tool(
+            "add_messages", {"thread_id": "carol-1", "messages": [{"role": "narrator",
+                                                                   "content": "Once"}]}
+        )  # fmt: skip
+        assert _failed(wrong) and "role" in _text(wrong)
+        late = await session.call_tool(
+            "add_messages",
+            {"thread_id": "carol-1", "messages": [{"role": "user", "content": "hi",
+                                                   "time": "someday"}]},
+        )  # fmt: skip
+        assert _failed(late) and "invalid time" in _text(late)
+        mixed = await session.call_tool(
+            "remember", {"content": said, "id": "a-note", "subject": "Carol"}
+        )
+        assert _failed(mixed) and "leave out id" in _text(mixed)
+        # nothing of the refused calls was stored
+        t = httpx.get(f"{live_url}/v1/threads/carol-1", headers=headers).json()
+        assert t["messages"] == 2
+        assert httpx.get(f"{live_url}/v1/notes/a-note", headers=headers).status_code == 404
 
 
 async def test_mcp_refuses_a_bad_key_clearly(live_url) -> None:

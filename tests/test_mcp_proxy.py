@@ -37,7 +37,8 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
         await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert set(tools) == {"remember", "recall", "get", "context", "timeline", "tag",
-                              "forget", "versions", "sessions", "session_timeline",
+                              "forget", "versions", "add_messages", "memories", "memory",
+                              "thread_context", "sessions", "session_timeline",
                               "session_patterns", "resume_context"}  # fmt: skip
         assert tools["remember"].description and "content" in json.dumps(
             tools["remember"].inputSchema
@@ -83,6 +84,61 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
         gone = await session.call_tool("forget", {"id": "ferry"})
         assert not _failed(gone)
         assert _failed(await session.call_tool("get", {"id": "ferry"}))
+
+
+async def test_an_agent_remembers_a_memory_once_and_reads_its_thread(live_url, tenant) -> None:
+    """Without an id, remember is a memory: the same sentence twice is one
+    memory (the second a noop); a new value of its slot supersedes it. A
+    conversation handed to add_messages is stored and is in the thread's
+    context at once (extraction runs later, in the worker)."""
+    async with (
+        stdio_client(_params(live_url, tenant.key)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+
+        async def called(tool: str, args: dict) -> object:
+            result = await session.call_tool(tool, args)
+            assert not _failed(result), _text(result)
+            return json.loads(_text(result))
+
+        said = "Bob takes the 7:40 ferry to work."
+        first = await called("remember", {"content": said, "tags": {"topic": "travel"}})
+        again = await called("remember", {"content": said})
+        assert (first["op"], again["op"]) == ("add", "noop")
+        assert again["memory"]["id"] == first["memory"]["id"]
+        held = await called("memories", {"subject": "user"})
+        assert [m["statement"] for m in held] == [said]
+
+        city = {"subject": "Bob", "attribute": "lives_in"}
+        oslo = await called("remember", {"content": "Bob lives in Oslo.", **city, "value": "Oslo"})
+        bergen = await called(
+            "remember", {"content": "Bob lives in Bergen.", **city, "value": "Bergen"}
+        )
+        assert bergen["op"] == "supersede" and bergen["superseded"] == [oslo["memory"]["id"]]
+        assert [m["value"] for m in await called("memories", {"subject": "Bob"})] == ["Bergen"]
+        every = await called("memories", {"subject": "Bob", "include_superseded": True})
+        assert sorted(m["value"] for m in every) == ["Bergen", "Oslo"]
+        one = await called("memory", {"id": oslo["memory"]["id"]})
+        assert one["current"] is False and one["superseded_by"] == bergen["memory"]["id"]
+        assert sorted(h["value"] for h in one["history"]) == ["Bergen", "Oslo"]
+
+        added = await called(
+            "add_messages",
+            {"thread_id": "ferry-chat", "user_id": "bob",
+             "messages": [{"role": "user", "content": "Is the ferry on time?", "name": "Bob"},
+                          {"role": "assistant", "content": "It leaves at 7:40."}]},
+        )  # fmt: skip
+        assert added["extraction"] == "queued" and len(added["messages"]) == 2
+        block = await session.call_tool("thread_context", {"thread_id": "ferry-chat"})
+        assert not _failed(block)
+        assert "Bob: Is the ferry on time?" in _text(block) and "It leaves at 7:40." in _text(block)
+
+        # a note under an id is still a note
+        note = await called("remember", {"content": said, "id": "ferry-note"})
+        assert note["id"] == "ferry-note" and "op" not in note
+        missing = await session.call_tool("thread_context", {"thread_id": "no-such-thread"})
+        assert _failed(missing) and "note_not_found" in _text(missing)
 
 
 def test_a_bad_key_is_a_clear_error(live_url) -> None:

@@ -15,7 +15,7 @@ Tags = Mapping[str, str | Sequence[str]]
 FIND_FIELDS = (
     "query", "similar_to", "tags", "since", "until", "scope", "limit", "include_self",
     "include_hidden", "include_parts", "include_versions", "bias", "stages",
-    "half_life_days", "deep", "deep_follow_depth",
+    "half_life_days", "deep", "deep_follow_depth", "include_superseded", "as_of",
 )  # fmt: skip
 
 
@@ -306,3 +306,122 @@ def export_collection(name: str, *, format: str | None = None) -> Call[str]:
 
 def delete_collection(name: str) -> Call[None]:
     return Call("DELETE", _collection_path(name), lambda _: None)
+
+
+# -- threads of messages and the memories formed from them ---------------------------
+
+
+def _thread_path(thread_id: str, suffix: str = "") -> str:
+    return f"/v1/threads/{quote(thread_id, safe='')}{suffix}"
+
+
+def _memory_path(memory_id: str) -> str:
+    # Memory ids hold a "/" (mem/...): one path segment, as note ids are sent.
+    return f"/v1/memories/{quote(memory_id, safe='')}"
+
+
+def _memory_list(body: Any) -> list[m.Memory]:
+    return [m.Memory.model_validate(x) for x in body["memories"]]
+
+
+def add_messages(
+    thread_id: str, messages: Sequence[Mapping[str, Any]], *, user_id: str | None = None,
+    agent_id: str | None = None, infer: bool = True,
+) -> Call[m.MessagesAdded]:  # fmt: skip
+    # Not idempotent: a repeated batch would be stored (and read) twice.
+    body = clean({"messages": [dict(x) for x in messages], "user_id": user_id,
+                  "agent_id": agent_id, "infer": infer})  # fmt: skip
+    return Call(
+        "POST", _thread_path(thread_id, "/messages"), m.MessagesAdded.model_validate, json=body
+    )
+
+
+def threads(
+    *, user_id: str | None = None, agent_id: str | None = None, limit: int | None = None,
+    offset: int | None = None,
+) -> Call[list[m.Thread]]:  # fmt: skip
+    def read(body: Any) -> list[m.Thread]:
+        return [m.Thread.model_validate(t) for t in body["threads"]]
+
+    params = clean({"user_id": user_id, "agent_id": agent_id, "limit": limit, "offset": offset})
+    return Call("GET", "/v1/threads", read, params=params, idempotent=True)
+
+
+def thread(thread_id: str) -> Call[m.Thread]:
+    return Call("GET", _thread_path(thread_id), m.Thread.model_validate, idempotent=True)
+
+
+def thread_messages(
+    thread_id: str, *, limit: int | None = None, cursor: str | None = None
+) -> Call[m.MessagePage]:
+    params = clean({"limit": limit, "cursor": cursor})
+    return Call(
+        "GET", _thread_path(thread_id, "/messages"), m.MessagePage.model_validate,
+        params=params, idempotent=True,
+    )  # fmt: skip
+
+
+def thread_memories(
+    thread_id: str, *, as_of: str | None = None, include_superseded: bool | None = None,
+    limit: int | None = None,
+) -> Call[list[m.Memory]]:  # fmt: skip
+    params = clean({"as_of": as_of, "include_superseded": include_superseded, "limit": limit})
+    return Call(
+        "GET", _thread_path(thread_id, "/memories"), _memory_list, params=params, idempotent=True
+    )
+
+
+def thread_context(
+    thread_id: str, *, query: str | None = None, token_budget: int | None = None
+) -> Call[m.ThreadContext]:
+    params = clean({"query": query, "token_budget": token_budget})
+    return Call(
+        "GET", _thread_path(thread_id, "/context"), m.ThreadContext.model_validate,
+        params=params, idempotent=True,
+    )  # fmt: skip
+
+
+def memories(
+    *, user_id: str | None = None, agent_id: str | None = None, subject: str | None = None,
+    kind: str | None = None, as_of: str | None = None, include_superseded: bool | None = None,
+    limit: int | None = None, offset: int | None = None,
+) -> Call[list[m.Memory]]:  # fmt: skip
+    params = clean(
+        {"user_id": user_id, "agent_id": agent_id, "subject": subject, "kind": kind,
+         "as_of": as_of, "include_superseded": include_superseded, "limit": limit,
+         "offset": offset}
+    )  # fmt: skip
+    return Call("GET", "/v1/memories", _memory_list, params=params, idempotent=True)
+
+
+def memory(memory_id: str) -> Call[m.MemoryDetail]:
+    return Call("GET", _memory_path(memory_id), m.MemoryDetail.model_validate, idempotent=True)
+
+
+def remember(
+    statement: str, *, subject: str | None = None, attribute: str | None = None,
+    value: str | None = None, kind: str | None = None, single: bool | None = None,
+    negated: bool | None = None, valid_at: str | None = None, user_id: str | None = None,
+    agent_id: str | None = None, thread_id: str | None = None, tags: Tags | None = None,
+) -> Call[m.Remembered]:  # fmt: skip
+    body = clean(
+        {"statement": statement, "subject": subject, "attribute": attribute, "value": value,
+         "kind": kind, "single": single, "negated": negated, "valid_at": valid_at,
+         "user_id": user_id, "agent_id": agent_id, "thread_id": thread_id,
+         "tags": dict(tags) if tags is not None else None}
+    )  # fmt: skip
+    return Call("POST", "/v1/memories", m.Remembered.model_validate, json=body)
+
+
+def memory_settings() -> Call[m.MemorySettings]:
+    return Call("GET", "/v1/memories/settings", m.MemorySettings.model_validate, idempotent=True)
+
+
+def set_memory_settings(llm_tokens_per_day: int | None) -> Call[m.MemorySettings]:
+    # null is meaningful here (the server's budget again): sent as it is.
+    body = {"llm_tokens_per_day": llm_tokens_per_day}
+    return Call("PATCH", "/v1/memories/settings", m.MemorySettings.model_validate, json=body)
+
+
+def memory_spend() -> Call[m.MemorySpend]:
+    return Call("GET", "/v1/memories/spend", m.MemorySpend.model_validate, idempotent=True)

@@ -17,6 +17,7 @@ from keepmem_client import _calls as calls
 from keepmem_client import _models as m
 from keepmem_client._base import Call, Config, backoff, raise_for, should_retry
 from keepmem_client._errors import APIConnectionError, APIError, APITimeoutError
+from keepmem_client._memories import AsyncMemories, Memories
 from keepmem_client._sessions import AsyncSessions, Sessions
 
 T = TypeVar("T")
@@ -83,7 +84,7 @@ class SyncBase:
         return call.parse(response.json() if response.content else {})
 
 
-class Keepmem(SyncBase, Sessions):
+class Keepmem(SyncBase, Sessions, Memories):
     """A keepmem client.
 
         with Keepmem() as km:                      # KEEPMEM_URL, KEEPMEM_API_KEY
@@ -96,7 +97,9 @@ class Keepmem(SyncBase, Sessions):
     exponential backoff and jitter; writes are never repeated.
 
     Coding-agent sessions and collections (``sessions``, ``session_timeline``,
-    ``resume_context``, ``save_collection`` ...) come from ``Sessions``.
+    ``resume_context``, ``save_collection`` ...) come from ``Sessions``;
+    threads of messages and the memories formed from them (``add_messages``,
+    ``memories``, ``remember``, ``thread_context`` ...) from ``Memories``.
     """
 
     def put(self, content: str | None = None, **kwargs: Any) -> m.Note:
@@ -200,7 +203,7 @@ class Keepmem(SyncBase, Sessions):
         return self._run(calls.flow(state, params, **extra))
 
 
-class AsyncKeepmem(AsyncSessions):
+class AsyncKeepmem(AsyncSessions, AsyncMemories):
     """``Keepmem`` for asyncio: the same methods, awaited (``list`` and
     ``export`` are async iterators)."""
 

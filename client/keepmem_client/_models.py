@@ -231,3 +231,118 @@ class CollectionItem(_Model):
 class CollectionRun(_Model):
     name: str
     items: list[CollectionItem]
+
+
+# -- threads of messages and the memories formed from them ---------------------------
+
+
+class MessagesAdded(_Model):
+    """A batch of messages stored: their note ids and what extraction will do."""
+
+    thread_id: str
+    messages: list[str]
+    extraction: str = Field(description="queued, joined (a waiting job takes it along) or off.")
+
+
+class Thread(_Model):
+    id: str
+    user_id: str = ""
+    agent_id: str = ""
+    created_at: str
+    last_message_at: str
+    messages: int
+    extracted: int = 0
+    waiting: int = Field(default=0, description="Messages not yet read by extraction.")
+    memories_made: int = 0
+
+
+class Message(_Model):
+    id: str
+    role: str
+    speaker: str
+    content: str
+    created_at: str
+
+
+class MessagePage(_Model):
+    messages: list[Message]
+    next_cursor: str | None = None
+
+
+class Memory(_Model):
+    """A belief formed from messages or written by the agent; ``current``
+    until a newer memory of its slot supersedes it (nothing is deleted)."""
+
+    id: str
+    kind: str
+    subject: str
+    attribute: str
+    value: str
+    statement: str
+    confidence: float
+    certainty: str = Field(description="fact, or candidate (an unconfirmed rule match).")
+    negated: bool = False
+    current: bool
+    valid_at: str
+    superseded_by: str | None = None
+    superseded_at: str | None = None
+    sources: list[str] = Field(default_factory=list)
+    thread_id: str = ""
+    user_id: str = ""
+    agent_id: str = ""
+    updated_at: str
+
+
+class MemoryVersion(_Model):
+    version: int
+    statement: str
+    at: str
+
+
+class MemorySource(_Model):
+    id: str
+    summary: str
+    created_at: str
+    exists: bool
+
+
+class MemoryDetail(Memory):
+    versions: list[MemoryVersion] = Field(default_factory=list)
+    source_messages: list[MemorySource] = Field(default_factory=list)
+    history: list[Memory] = Field(default_factory=list)
+
+
+class Remembered(_Model):
+    op: str = Field(description="add, supersede, update or noop.")
+    memory: Memory
+    superseded: list[str] = Field(default_factory=list)
+
+
+class ContextMessage(_Model):
+    id: str
+    summary: str
+    created_at: str
+    score: float
+
+
+class ThreadContext(_Model):
+    thread_id: str
+    memories: list[Memory]
+    messages: list[ContextMessage]
+    context: str
+    tokens: int
+    truncated: bool
+
+
+class MemorySettings(_Model):
+    llm_tokens_per_day: int
+    provider: str
+
+
+class MemorySpend(_Model):
+    day: str
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    refused: int
+    budget: int

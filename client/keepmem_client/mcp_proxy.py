@@ -3,9 +3,11 @@ memory (extra ``[mcp]``, built on the official ``mcp`` SDK).
 
     KEEPMEM_URL=... KEEPMEM_API_KEY=... keepmem-mcp      # or --url / --api-key / --project
 
-Tools: remember, recall, get, context, timeline, tag, forget, versions;
-for coding-agent sessions: sessions, session_timeline, session_patterns,
-resume_context.
+Tools: remember (a memory, reconciled: said again it updates instead of
+adding a copy; with an ``id``, a note), recall, get, context, timeline, tag,
+forget, versions; for conversations and what is believed: add_messages,
+memories, memory, thread_context; for coding-agent sessions: sessions,
+session_timeline, session_patterns, resume_context.
 Prompts: the project's prompt notes (``.prompt/agent/*``), rendered by
 keepmem. Resources: ``keepmem://now`` and ``keepmem://{id}``. A failed call
 is an MCP tool error carrying keepmem's message, never a result that looks
@@ -19,18 +21,39 @@ import argparse
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from keepmem_client._client import AsyncKeepmem
 from keepmem_client._errors import AuthenticationError, KeepmemError, NotFoundError
 
 INSTRUCTIONS = (
-    "keepmem is your long-term memory. remember what is worth keeping (with tags), "
-    "recall by meaning before answering, get or context for one note, tag to file, "
-    "forget what is wrong. Notes keep their history (versions). Coding sessions: "
+    "keepmem is your long-term memory. remember a fact, preference or decision as one "
+    "sentence (said again, it updates the memory instead of adding a copy; a new value "
+    "supersedes the old; with an id it stores a note), or hand a conversation to "
+    "add_messages and keepmem forms the memories. Before answering in a thread, "
+    "thread_context; memories for what is believed (as_of: then), memory for one "
+    "memory's versions and sources. recall by meaning, get or context for one note, tag "
+    "to file, forget what is wrong. Notes keep their history (versions). Coding sessions: "
     "resume_context for where you left off in a directory, sessions and "
     "session_timeline for what happened, session_patterns for recurring errors and fixes."
 )
+
+
+# A model rather than a plain dict, so the tool's input schema spells the
+# fields out for the agent (and a misspelt one is refused before a call).
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    name: str | None = Field(
+        default=None, description="Who spoke (default: user_id for user messages)."
+    )
+    time: str | None = Field(default=None, description="ISO-8601 (default: when it arrives).")
 
 
 def _text(value: Any) -> str:
@@ -53,11 +76,31 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
             raise ToolError(str(exc)) from exc
         return str(value) if prose else _text(value)
 
-    @server.tool(description="Store a note (a new version if the id exists). Returns it.")
+    @server.tool(
+        description="Remember one fact, preference or decision (content: one sentence). "
+        "Reconciled with what is believed: said again, it updates that memory instead of "
+        "adding a copy; with subject, attribute and value (e.g. Alice, lives_in, Munich) a "
+        "new value supersedes the old one. Returns the op (add, supersede, update, noop) "
+        "and the memory. With an id: stores content as a note under that id instead (a new "
+        "version if it exists) and returns the note."
+    )
     async def remember(
-        content: str, id: str | None = None, tags: dict[str, str] | None = None
+        content: str,
+        id: str | None = None,
+        tags: dict[str, str] | None = None,
+        subject: str | None = None,
+        attribute: str | None = None,
+        value: str | None = None,
     ) -> str:
-        return await call(_dump(km.put(content, id=id, tags=tags)))
+        if id is not None:
+            if subject or attribute or value:
+                raise ToolError("subject, attribute and value are for memories: leave out id")
+            return await call(_dump(km.put(content, id=id, tags=tags)))
+        return await call(
+            _dump(
+                km.remember(content, subject=subject, attribute=attribute, value=value, tags=tags)
+            )
+        )
 
     @server.tool(description="Find notes by meaning and words; filters: tags, since (P7D).")
     async def recall(
@@ -92,6 +135,66 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     @server.tool(description="A note's earlier versions, newest first.")
     async def versions(id: str, limit: int = 10) -> str:
         return await call(_dump(km.versions(id, limit=limit)))
+
+    @server.tool(
+        description="Add messages of a conversation to a thread (made on first use); keepmem "
+        "stores them and, unless infer is false, forms memories from them (facts, "
+        "preferences, decisions, tasks, events), reconciled with what is already believed."
+    )
+    async def add_messages(
+        thread_id: str,
+        messages: list[ChatMessage],
+        user_id: str | None = None,
+        infer: bool = True,
+    ) -> str:
+        sent = [m.model_dump(exclude_none=True) for m in messages]
+        return await call(_dump(km.add_messages(thread_id, sent, user_id=user_id, infer=infer)))
+
+    @server.tool(
+        description="What is believed, newest first: a user's or a subject's memories "
+        "(all when neither is named); as_of (ISO-8601) for what was believed then, "
+        "include_superseded for every memory, current or replaced."
+    )
+    async def memories(
+        user_id: str | None = None,
+        subject: str | None = None,
+        as_of: str | None = None,
+        include_superseded: bool = False,
+        limit: int = 50,
+    ) -> str:
+        return await call(
+            _dump_all(
+                km.memories(
+                    user_id=user_id,
+                    subject=subject,
+                    as_of=as_of,
+                    include_superseded=include_superseded,
+                    limit=limit,
+                )
+            )
+        )
+
+    @server.tool(
+        description="One memory by id (mem/...): its earlier wordings (versions), the "
+        "messages it came from (source_messages) and every belief of its slot (history)."
+    )
+    async def memory(id: str) -> str:
+        return await call(_dump(km.memory(id)))
+
+    @server.tool(
+        description="What to know before answering in a thread, as one block: the current "
+        "memories of its user (the most relevant to query first), then the past messages "
+        "that answer it best, within token_budget (default 1500)."
+    )
+    async def thread_context(
+        thread_id: str, query: str | None = None, token_budget: int | None = None
+    ) -> str:
+        async def block() -> str:
+            found = await km.thread_context(thread_id, query=query, token_budget=token_budget)
+            # An empty block is an answer, not a failure: say so.
+            return str(found.context) or "(nothing known yet for this thread)"
+
+        return await call(block(), prose=True)
 
     @server.tool(description="Recent coding sessions of the project (cwd: one directory's).")
     async def sessions(cwd: str | None = None, limit: int = 20) -> str:

@@ -72,6 +72,8 @@ export async function api(method, path, { query, body, key, project } = {}) {
 
 export const noteUrl = (id, tail = "") => `/v1/notes/${encodeURIComponent(id)}${tail}`;
 export const sessionUrl = (id, tail = "") => `/v1/sessions/${encodeURIComponent(id)}${tail}`;
+// memory ids hold a "/" (mem/...): one path segment, as note ids are sent
+export const memoryUrl = (id) => `/v1/memories/${encodeURIComponent(id)}`;
 
 // Server-sent events over fetch (EventSource cannot send a bearer header).
 // Calls onEvent({id, event, data}) per event; reconnects from the last id.

@@ -7,16 +7,18 @@ import * as admin from "./views/admin.js";
 import * as graph from "./views/graph.js";
 import * as jobs from "./views/jobs.js";
 import * as live from "./views/live.js";
+import * as memories from "./views/memories.js";
 import * as note from "./views/note.js";
 import * as notes from "./views/notes.js";
 import * as search from "./views/search.js";
 import * as sessions from "./views/sessions.js";
 
-const VIEWS = { notes, note, search, graph, sessions, jobs, live, admin };
+const VIEWS = { notes, note, search, graph, memories, sessions, jobs, live, admin };
 const NAV = [
   ["notes", "Notes"],
   ["search", "Search"],
   ["graph", "Graph"],
+  ["memories", "Memories"],
   ["sessions", "Sessions"],
   ["jobs", "Jobs"],
   ["live", "Live"],
