@@ -134,9 +134,7 @@ async def memory(session: AsyncSession, scope: Scope, memory_id: str) -> MemoryD
             )
         except NoteNotFound:
             sources.append(SourceOut(id=source, summary="", created_at="", exists=False))
-    slot = sorted(
-        await reconcile.slot_memories(session, scope, _as_candidate(m)), key=lambda x: (x.at, x.id)
-    )
+    slot = reconcile.ordered(await reconcile.slot_memories(session, scope, _as_candidate(m)))
     return MemoryDetail(
         **out(m).model_dump(),
         versions=[VersionOut(version=e.offset, statement=e.summary, at=e.date) for e in entries],
