@@ -134,6 +134,13 @@ async def test_sync_client_messages_become_memories(
         spend = km.memory_spend()
         assert (spend.calls, spend.tokens_in, spend.budget) == (0, 0, server)
 
+        # forgetting the thread: its messages, and asked for, its memories
+        gone = km.delete_thread(tid, memories=True)
+        assert (gone.thread_id, gone.messages) == (tid, 3) and gone.memories >= 2
+        assert km.memories(subject="Alice", include_superseded=True) == []
+        with pytest.raises(NotFoundError):
+            km.thread(tid)
+
 
 async def test_async_client_remember_is_reconciled(live_url, tenant, client, make_pipeline) -> None:
     async with AsyncKeepmem(live_url, tenant.key) as km:

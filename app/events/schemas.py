@@ -30,7 +30,8 @@ Kinds = Annotated[
     Field(
         max_length=20,
         description="Event kinds wanted (put, tag, delete, move, revert, summary, "
-        "embedding, parts, failed); empty: all.",
+        "embedding, parts, failed; checkpoint, compaction, pattern of sessions; "
+        "memory_added, memory_updated, memory_superseded of memories); empty: all.",
     ),
 ]
 Tags = Annotated[

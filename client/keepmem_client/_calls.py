@@ -351,6 +351,11 @@ def thread(thread_id: str) -> Call[m.Thread]:
     return Call("GET", _thread_path(thread_id), m.Thread.model_validate, idempotent=True)
 
 
+def delete_thread(thread_id: str, *, memories: bool = False) -> Call[m.ThreadDeleted]:
+    params = {"memories": "true" if memories else "false"}
+    return Call("DELETE", _thread_path(thread_id), m.ThreadDeleted.model_validate, params=params)
+
+
 def thread_messages(
     thread_id: str, *, limit: int | None = None, cursor: str | None = None
 ) -> Call[m.MessagePage]:

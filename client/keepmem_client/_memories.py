@@ -57,6 +57,11 @@ class Memories:
         """One thread with its counts (NotFoundError if none in this project)."""
         return self._run(calls.thread(thread_id))
 
+    def delete_thread(self, thread_id: str, *, memories: bool = False) -> m.ThreadDeleted:
+        """Forget a thread: its messages, and with ``memories`` the memories
+        formed from it (NotFoundError if none in this project)."""
+        return self._run(calls.delete_thread(thread_id, memories=memories))
+
     def thread_messages(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> m.MessagePage:
@@ -180,6 +185,11 @@ class AsyncMemories:
     async def thread(self, thread_id: str) -> m.Thread:
         """One thread with its counts (NotFoundError if none in this project)."""
         return await self._run(calls.thread(thread_id))
+
+    async def delete_thread(self, thread_id: str, *, memories: bool = False) -> m.ThreadDeleted:
+        """Forget a thread: its messages, and with ``memories`` the memories
+        formed from it (NotFoundError if none in this project)."""
+        return await self._run(calls.delete_thread(thread_id, memories=memories))
 
     async def thread_messages(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None

@@ -256,6 +256,12 @@ class Thread(_Model):
     memories_made: int = 0
 
 
+class ThreadDeleted(_Model):
+    thread_id: str
+    messages: int = Field(description="Message notes deleted.")
+    memories: int = Field(description="Memory notes deleted (with memories=True).")
+
+
 class Message(_Model):
     id: str
     role: str
