@@ -129,6 +129,9 @@ COLUMN_OWNERS = {
 # Tables written in SQL text (no mapped class): the daily usage counters.
 TEXT_OWNERS = {
     "usage_daily": "app/usage/repository.py",
+    # Model spend, per use of a model: usage counts it for every domain.
+    "session_spend": "app/usage/repository.py",
+    "memory_spend": "app/usage/repository.py",
     **{
         table: "app/sessions/repository.py"
         for table in (
@@ -136,13 +139,12 @@ TEXT_OWNERS = {
             "session_inbox",
             "session_patterns",
             "session_resume",
-            "session_spend",
             "session_collections",
         )
     },
     **{
         table: "app/memories/repository.py"
-        for table in ("memory_threads", "memory_inbox", "memory_spend")
+        for table in ("memory_threads", "memory_inbox")
     },
 }
 _WRITE_CALLS = {"insert", "pg_insert", "update", "delete"}

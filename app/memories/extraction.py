@@ -39,6 +39,7 @@ from app.notes import reading
 from app.providers.extraction import Extraction, Extractor, Known, Proposed, Said
 from app.settings import Limits
 from app.tenancy import Scope
+from app.usage import service as spend
 
 log = logging.getLogger("keepmem.memories")
 
@@ -107,7 +108,7 @@ async def load(
         subjects = list(dict.fromkeys(str(m["speaker"]) for m in messages[:BATCH]))
         known = await _current_of(session, scope, subjects)
     budget = await budget_of(session, scope, server_budget)
-    spent = await repo.spend_on(session, scope, utcnow().date())
+    spent = await spend.spend_on(session, scope, utcnow().date(), use="memories")
     used = (spent.tokens_in + spent.tokens_out) if spent else 0
     return Loaded(
         thread_id=thread_id,
@@ -195,8 +196,14 @@ def _replaced(p: Proposed, c: Candidate, loaded: Loaded) -> Memory | None:
 
 async def count_call(session: AsyncSession, scope: Scope, tokens_in: int, tokens_out: int) -> None:
     """A model call whose reply could not be used: its tokens count all the same."""
-    await repo.add_spend(
-        session, scope, day=utcnow().date(), calls=1, tokens_in=tokens_in, tokens_out=tokens_out
+    await spend.add_spend(
+        session,
+        scope,
+        use="memories",
+        day=utcnow().date(),
+        calls=1,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
     )
 
 
@@ -223,9 +230,10 @@ async def apply(
         session, scope, thread_id=loaded.thread_id, upto_seq=loaded.last_seq, made=made
     )
     if got.mode != "rules" or got.refused:
-        await repo.add_spend(
+        await spend.add_spend(
             session,
             scope,
+            use="memories",
             day=utcnow().date(),
             calls=0 if got.refused else 1,
             tokens_in=got.tokens_in,

@@ -1,5 +1,6 @@
 """All SQL of the memories domain (tables of migration 0017): threads, the
-extraction inbox and model spend, and the slot locks of reconciliation.
+extraction inbox, and the slot locks of reconciliation (model spend is
+counted by ``app.usage``).
 Every statement filters on the scope's tenant and project; row-level
 security backs it up. Messages and memories are notes (the notes domain's)."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -187,40 +188,4 @@ async def lock_slot(session: AsyncSession, scope: Scope, key: str) -> None:
     await session.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
         {"k": f"memory-slot|{scope.tenant_id}|{scope.project_id}|{key}"},
-    )
-
-
-async def spend_on(session: AsyncSession, scope: Scope, day: date) -> Row[Any] | None:
-    result = await session.execute(
-        text(
-            "SELECT calls, tokens_in, tokens_out, refused FROM memory_spend "
-            f"WHERE {_MINE} AND day = :d"
-        ),
-        _of(scope, d=day),
-    )
-    return result.one_or_none()
-
-
-async def add_spend(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    day: date,
-    calls: int = 0,
-    tokens_in: int = 0,
-    tokens_out: int = 0,
-    refused: int = 0,
-) -> None:
-    await session.execute(
-        text(
-            """
-            INSERT INTO memory_spend AS s
-                (tenant_id, project_id, day, calls, tokens_in, tokens_out, refused)
-            VALUES (:t, :p, :d, :c, :i, :o, :r)
-            ON CONFLICT (tenant_id, project_id, day) DO UPDATE SET
-                calls = s.calls + :c, tokens_in = s.tokens_in + :i,
-                tokens_out = s.tokens_out + :o, refused = s.refused + :r
-            """
-        ),
-        _of(scope, d=day, c=calls, i=tokens_in, o=tokens_out, r=refused),
     )

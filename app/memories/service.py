@@ -40,6 +40,7 @@ from app.providers.extraction import Said
 from app.search import service as search
 from app.settings import Limits
 from app.tenancy import Scope
+from app.usage import service as spend
 
 SCAN = 1000  # memories read per page when filtering by belief
 MAX_SCAN = 20_000
@@ -487,7 +488,7 @@ async def spend_today(session: AsyncSession, scope: Scope, *, server_budget: int
     """Today's (UTC) extraction calls and tokens against the project's budget."""
     whole_project(scope)
     day = utcnow().date()
-    row = await repo.spend_on(session, scope, day)
+    row = await spend.spend_on(session, scope, day, use="memories")
     return SpendOut(
         day=day.isoformat(),
         calls=row.calls if row else 0,

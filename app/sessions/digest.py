@@ -37,6 +37,7 @@ from app.sessions.intake import DIGEST_PRIORITY, NOTE_KINDS, event_note, session
 from app.sessions.settings import SessionSettings, settings_of
 from app.settings import Limits
 from app.tenancy import Scope
+from app.usage import service as spend
 
 log = logging.getLogger("keepmem.sessions")
 
@@ -80,7 +81,7 @@ async def load(
         return None
     events = await repo.inbox(session, scope, session_id=session_id, limit=BATCH + 1)
     conf = await settings_of(session, scope)
-    spent = await repo.spend_on(session, scope, utcnow().date())
+    spent = await spend.spend_on(session, scope, utcnow().date(), use="sessions")
     used = (spent.tokens_in + spent.tokens_out) if spent else 0
     return Loaded(
         session_id=session_id,
@@ -167,9 +168,10 @@ async def apply(
     now = utcnow()
     # The call was made (and paid for) whatever became of the session since.
     if compressed is not None and not compressed.error:
-        await repo.add_spend(
+        await spend.add_spend(
             session,
             scope,
+            use="sessions",
             day=now.date(),
             calls=0 if compressed.was_refused else 1,
             tokens_in=compressed.tokens_in,

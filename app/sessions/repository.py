@@ -1,13 +1,13 @@
 """All SQL of the sessions domain (tables of migration 0016): session
-records, the digest inbox, recurring patterns, resume blocks, model spend
-and saved collections. Every statement filters on the scope's tenant and
-project; row-level security backs it up."""
+records, the digest inbox, recurring patterns, resume blocks and saved
+collections (model spend is counted by ``app.usage``). Every statement
+filters on the scope's tenant and project; row-level security backs it up."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -306,43 +306,6 @@ async def resume_state(
             _of(scope, cwd=cwd, sid=session_id or ""),
         )
     ).one_or_none()
-
-
-async def spend_on(session: AsyncSession, scope: Scope, day: date) -> Row[Any] | None:
-    return (
-        await session.execute(
-            text(
-                "SELECT calls, tokens_in, tokens_out, refused FROM session_spend "
-                f"WHERE {_MINE} AND day = :d"
-            ),
-            _of(scope, d=day),
-        )
-    ).one_or_none()
-
-
-async def add_spend(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    day: date,
-    calls: int = 0,
-    tokens_in: int = 0,
-    tokens_out: int = 0,
-    refused: int = 0,
-) -> None:
-    await session.execute(
-        text(
-            """
-            INSERT INTO session_spend AS s
-                (tenant_id, project_id, day, calls, tokens_in, tokens_out, refused)
-            VALUES (:t, :p, :d, :c, :i, :o, :r)
-            ON CONFLICT (tenant_id, project_id, day) DO UPDATE SET
-                calls = s.calls + :c, tokens_in = s.tokens_in + :i,
-                tokens_out = s.tokens_out + :o, refused = s.refused + :r
-            """
-        ),
-        _of(scope, d=day, c=calls, i=tokens_in, o=tokens_out, r=refused),
-    )
 
 
 async def idle(session: AsyncSession, *, before: datetime, limit: int) -> list[Row[Any]]:

@@ -37,6 +37,7 @@ from app.sessions.settings import settings_of
 from app.settings import Limits
 from app.tenancy import Scope
 from app.tenants import service as tenants
+from app.usage import service as spend
 
 # Notes the sessions domain writes itself: not "memories" to recall into a block.
 OWN_PREFIXES = ("session/", "pattern/", "task/")
@@ -256,7 +257,7 @@ async def spend_today(session: AsyncSession, scope: Scope, *, server_budget: int
 
     conf = await settings_of(session, scope)
     today = utcnow().date()
-    row = await repo.spend_on(session, scope, today)
+    row = await spend.spend_on(session, scope, today, use="sessions")
     return SpendOut(
         day=today.isoformat(),
         calls=row.calls if row else 0,

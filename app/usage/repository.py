@@ -1,16 +1,19 @@
 """All SQL touching the usage counters (written by triggers, migration 0012:
 notes and stored bytes in 16 shards per tenant, jobs per UTC day), and the
-reads of the model spend (``session_spend``, ``memory_spend``, written by the
-sessions and memories domains) that usage reports."""
+model spend of each use of a model (``session_spend``, ``memory_spend``:
+its calls and tokens per project and UTC day, counted here for the
+sessions and memories domains, which hold their budgets)."""
 
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.tenancy import TenantScope
+from app.tenancy import Scope, TenantScope
 
 
 async def stored(session: AsyncSession, tenant: TenantScope) -> tuple[int, int]:
@@ -58,6 +61,53 @@ async def model_spend_on(
         )
     ).one()
     return {name: int(value) for name, value in row._mapping.items()}
+
+
+async def spend_on(session: AsyncSession, scope: Scope, day: date, *, use: str) -> Row[Any] | None:
+    """A project's model calls, tokens and refused calls for one use on ``day``."""
+    result = await session.execute(
+        text(
+            "SELECT calls, tokens_in, tokens_out, refused "
+            f"FROM {SPEND_TABLES[use]} "
+            "WHERE tenant_id = :t AND project_id = :p AND day = :d"
+        ),
+        {"t": scope.tenant_id, "p": scope.project_id, "d": day},
+    )
+    return result.one_or_none()
+
+
+async def add_spend(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    use: str,
+    day: date,
+    calls: int = 0,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    refused: int = 0,
+) -> None:
+    """Count a project's model spend for one use (a call made, its tokens, or
+    a call refused by the budget)."""
+    await session.execute(
+        text(
+            f"INSERT INTO {SPEND_TABLES[use]} AS s "
+            "(tenant_id, project_id, day, calls, tokens_in, tokens_out, refused) "
+            "VALUES (:t, :p, :d, :c, :i, :o, :r) "
+            "ON CONFLICT (tenant_id, project_id, day) DO UPDATE SET "
+            "calls = s.calls + :c, tokens_in = s.tokens_in + :i, "
+            "tokens_out = s.tokens_out + :o, refused = s.refused + :r"
+        ),
+        {
+            "t": scope.tenant_id,
+            "p": scope.project_id,
+            "d": day,
+            "c": calls,
+            "i": tokens_in,
+            "o": tokens_out,
+            "r": refused,
+        },
+    )
 
 
 async def drop_days_before(session: AsyncSession, day: date) -> None:

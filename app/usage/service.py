@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import ratelimit
 from app.errors import DailyQuotaExceeded
 from app.kit.timeutil import utcnow
-from app.tenancy import TenantScope
+from app.tenancy import Scope, TenantScope
 from app.tenants import repository as tenants_repo
 from app.usage import repository as repo
 
@@ -63,3 +63,27 @@ async def stored(session: AsyncSession, tenant: TenantScope) -> tuple[int, int]:
 async def drop_days_before(session: AsyncSession, *, day: date) -> None:
     """Forget daily counts older than ``day`` (system transaction: every tenant)."""
     await repo.drop_days_before(session, day)
+
+
+async def spend_on(session: AsyncSession, scope: Scope, day: date, *, use: str) -> Any:
+    """A project's model spend for one use (``sessions``, ``memories``) on
+    ``day``: a row of calls, tokens_in, tokens_out, refused, or None."""
+    return await repo.spend_on(session, scope, day, use=use)
+
+
+async def add_spend(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    use: str,
+    day: date,
+    calls: int = 0,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    refused: int = 0,
+) -> None:
+    """Count a project's model spend for one use."""
+    await repo.add_spend(
+        session, scope, use=use, day=day, calls=calls, tokens_in=tokens_in,
+        tokens_out=tokens_out, refused=refused,
+    )  # fmt: skip
