@@ -443,44 +443,38 @@ async def context(
     return _pack(thread_id, held, said, token_budget)
 
 
+def _section(head: str, lines: list[str], budget: int) -> tuple[list[str], int, int]:
+    """As many of ``lines`` as fit in ``budget`` tokens under ``head``: the
+    block's lines, how many were kept, and the tokens they take."""
+    out: list[str] = []
+    used = 0
+    for line in lines:
+        cost = _tokens(line) + (0 if out else _tokens(head))
+        if used + cost > budget:
+            break
+        out += [line] if out else [head, line]
+        used += cost
+    return out, max(len(out) - 1, 0), used
+
+
 def _pack(
     thread_id: str, held: list[Memory], said: list[ContextMessage], budget: int
 ) -> ContextOut:
-    lines: list[str] = []
-    used, truncated = 0, False
-    kept_m: list[Memory] = []
-    kept_s: list[ContextMessage] = []
-    head_m, head_s = "## What is known", "## Relevant messages"
-    for m in held:
-        mark = " (unconfirmed)" if m.certainty == "candidate" else ""
-        line = f"- {m.statement}{mark} [since {stamp(m.at)[:10]}]"
-        cost = _tokens(line) + (_tokens(head_m) if not kept_m else 0)
-        if used + cost > budget:
-            truncated = True
-            break
-        if not kept_m:
-            lines.append(head_m)
-        lines.append(line)
-        kept_m.append(m)
-        used += cost
-    for s in said:
-        line = f"- [{s.created_at[:10]}] {s.summary}"
-        cost = _tokens(line) + (_tokens(head_s) if not kept_s else 0)
-        if used + cost > budget:
-            truncated = True
-            break
-        if not kept_s:
-            lines.append(head_s)
-        lines.append(line)
-        kept_s.append(s)
-        used += cost
+    known = [
+        f"- {m.statement}{' (unconfirmed)' if m.certainty == 'candidate' else ''} "
+        f"[since {stamp(m.at)[:10]}]"
+        for m in held
+    ]
+    first, n_held, used = _section("## What is known", known, budget)
+    lines = [f"- [{s.created_at[:10]}] {s.summary}" for s in said]
+    second, n_said, more = _section("## Relevant messages", lines, budget - used)
     return ContextOut(
         thread_id=thread_id,
-        memories=[out(m) for m in kept_m],
-        messages=kept_s,
-        context="\n".join(lines),
-        tokens=used,
-        truncated=truncated,
+        memories=[out(m) for m in held[:n_held]],
+        messages=said[:n_said],
+        context="\n".join(first + second),
+        tokens=used + more,
+        truncated=n_held < len(held) or n_said < len(said),
     )
 
 

@@ -112,13 +112,6 @@ def parse_reply(reply: str, tokens_in: int, tokens_out: int) -> Compressed:
     )
 
 
-def _count(value: Any, fallback: int) -> int:
-    """A token count of the reply's ``usage``, else our estimate."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return max(fallback, 0)
-
-
 class _Chat(HostedModel):
     def __init__(self, *, max_input_chars: int = 24_000, **options: Any) -> None:
         super().__init__(max_input_chars=max_input_chars, **options)
@@ -147,11 +140,7 @@ class OpenAICompressor(_Chat):
             temperature=0.1,
             response_format={"type": "json_object"},
         )
-        return parse_reply(
-            reply.text,
-            _count(reply.usage.get("prompt_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS),
-            _count(reply.usage.get("completion_tokens"), -(-len(reply.text) // 4)),
-        )
+        return parse_reply(reply.text, *reply.tokens(self.estimate(text) - MAX_OUTPUT_TOKENS))
 
 
 class AnthropicCompressor(_Chat):
@@ -168,17 +157,7 @@ class AnthropicCompressor(_Chat):
             user=text,
             max_tokens=MAX_OUTPUT_TOKENS,
         )
-        usage = reply.usage
-        # Input read from or written to the prompt cache is billed too.
-        cached = sum(
-            _count(usage.get(name), 0)
-            for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        return parse_reply(
-            reply.text,
-            _count(usage.get("input_tokens"), self.estimate(text) - MAX_OUTPUT_TOKENS) + cached,
-            _count(usage.get("output_tokens"), -(-len(reply.text) // 4)),
-        )
+        return parse_reply(reply.text, *reply.tokens(self.estimate(text) - MAX_OUTPUT_TOKENS))
 
 
 def create(provider: str, **options: Any) -> Compressor | None:

@@ -285,13 +285,6 @@ def parse_reply(
 # -- the vendors ------------------------------------------------------------------
 
 
-def _count(value: Any, fallback: int) -> int:
-    """A token count of the reply's ``usage``, else our estimate."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return max(fallback, 0)
-
-
 class _Chat(HostedModel):
     def __init__(self, *, max_input_chars: int = 24_000, **options: Any) -> None:
         super().__init__(max_input_chars=max_input_chars, **options)
@@ -339,11 +332,7 @@ class OpenAIExtractor(_Chat):
             temperature=0,
             response_format={"type": "json_object"},
         )
-        return (
-            reply.text,
-            _count(reply.usage.get("prompt_tokens"), self._input_estimate(text)),
-            _count(reply.usage.get("completion_tokens"), -(-len(reply.text) // 4)),
-        )
+        return (reply.text, *reply.tokens(self._input_estimate(text)))
 
 
 class AnthropicExtractor(_Chat):
@@ -360,17 +349,7 @@ class AnthropicExtractor(_Chat):
             user=text,
             max_tokens=MAX_OUTPUT_TOKENS,
         )
-        usage = reply.usage
-        # Input read from or written to the prompt cache is billed too.
-        cached = sum(
-            _count(usage.get(name), 0)
-            for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
-        )
-        return (
-            reply.text,
-            _count(usage.get("input_tokens"), self._input_estimate(text)) + cached,
-            _count(usage.get("output_tokens"), -(-len(reply.text) // 4)),
-        )
+        return (reply.text, *reply.tokens(self._input_estimate(text)))
 
 
 def create(provider: str, **options: Any) -> Extractor | None:

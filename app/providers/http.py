@@ -69,12 +69,36 @@ class HostedModel:
         await self._client.aclose()
 
 
+def _count(value: Any, fallback: int) -> int:
+    """A token count of a reply's ``usage``, else our estimate."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return max(fallback, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A chat model's answer: its text and the usage block it reported."""
 
     text: str
     usage: dict[str, Any] = field(default_factory=dict)
+
+    def tokens(self, input_estimate: int) -> tuple[int, int]:
+        """(input, output) tokens as the vendor billed them: OpenAI's
+        ``prompt_tokens`` / ``completion_tokens`` or Anthropic's
+        ``input_tokens`` / ``output_tokens`` (with the prompt cache's reads
+        and writes, billed too); our estimates where the reply says nothing."""
+        u = self.usage
+        cached = sum(
+            _count(u.get(name), 0)
+            for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        given_in = u.get("prompt_tokens", u.get("input_tokens"))
+        given_out = u.get("completion_tokens", u.get("output_tokens"))
+        return (
+            _count(given_in, input_estimate) + cached,
+            _count(given_out, -(-len(self.text) // 4)),
+        )
 
 
 def _usage(body: dict[str, Any]) -> dict[str, Any]:
