@@ -142,10 +142,7 @@ TEXT_OWNERS = {
             "session_collections",
         )
     },
-    **{
-        table: "app/memories/repository.py"
-        for table in ("memory_threads", "memory_inbox")
-    },
+    **{table: "app/memories/repository.py" for table in ("memory_threads", "memory_inbox")},
 }
 _WRITE_CALLS = {"insert", "pg_insert", "update", "delete"}
 _SQL_WRITE = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+([a-z_]+)")
