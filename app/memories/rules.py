@@ -87,9 +87,6 @@ RULES: tuple[Rule, ...] = (
     _r("task", "todo", False,
        r"(?:i need to|i have to|i must|remind me to|i should|todo:|to do:) " + _VALUE,
        "{s} needs to {v}"),
-    _r("event", "did", False,
-       r"(?:i|we) (?:went to|attended|visited|joined|ran|finished|started) " + _VALUE,
-       "{s} went to {v}"),
 )  # fmt: skip
 
 # Profile fields stated as "Field: value" (one per line): facts, not phrases.
