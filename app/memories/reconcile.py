@@ -44,12 +44,17 @@ class Plan:
     links: list[tuple[str, str | None, datetime | None]] = field(default_factory=list)
     inserted_link: tuple[str, datetime] | None = None  # the new memory's own, when not current
     reason: str = ""
+    cite: bool = True  # a noop: the candidate's messages join the memory's sources
+
+
+def _same_words(a: str, b: str) -> bool:
+    """The same value, or one with more words after it ("Brno" and "Brno,
+    Czechia")."""
+    return same_value(a, b) or refines(a, b) or refines(b, a)
 
 
 def _same(m: Memory, c: Candidate) -> bool:
-    if m.negated != c.negated:
-        return False
-    return same_value(m.value, c.value) or refines(m.value, c.value) or refines(c.value, m.value)
+    return m.negated == c.negated and _same_words(m.value, c.value)
 
 
 def ordered(slot: Sequence[Memory]) -> list[Memory]:
@@ -98,9 +103,10 @@ def plan(c: Candidate, slot: Sequence[Memory], replaced: Memory | None = None) -
         return Plan("update" if upgrade else "noop", prev.id)
     if prev is None and nxt is not None and _same(nxt, c):
         return Plan("noop", nxt.id, reason="said before it was recorded")
-    if c.negated and c.single and prev is not None and not same_value(prev.value, c.value):
-        # "no longer in Berlin" while the belief is Munich: nothing to retract.
-        return Plan("noop", prev.id, reason="retracts a value that is not the belief")
+    if c.negated and c.single and prev is not None and not _same_words(prev.value, c.value):
+        # "no longer in Berlin" while the belief is Munich: nothing to retract,
+        # and the message is no source of the belief it does not speak of.
+        return Plan("noop", prev.id, reason="retracts a value that is not the belief", cite=False)
     chain: list[Memory | Candidate] = [*before, c, *after]
     links: list[tuple[str, str | None, datetime | None]] = []
     inserted: tuple[str, datetime] | None = None
@@ -184,7 +190,7 @@ async def apply(
     slot = await slot_memories(session, scope, c)
     p = plan(c, slot, replaced)
     if p.op == "noop":
-        if c.sources:
+        if c.sources and p.cite:
             await tagging.tag(
                 session, scope, raw_id=p.memory_id, set_tags={"references": c.sources}
             )

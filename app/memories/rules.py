@@ -111,7 +111,15 @@ _FIELD = re.compile(
     r"^[ \t]*(?:[-*][ \t]*)?(?P<k>[A-Za-z][A-Za-z ]{1,20})[ \t]*:[ \t]*(?P<v>[^\n]{1,200}?)[ \t]*$",
     re.M,
 )
-_TRIM = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+_TRIM = re.compile(r"^(?:the|a|an)\s+(?:city\s+of\s+|town\s+of\s+)?", re.IGNORECASE)
+# What follows a place, an employer or a liked thing is not part of it:
+# "Leipzig from Ljubljana", "Acme as a contractor", "hiking with my dog".
+_CLAUSE = re.compile(
+    r"\s+(?:from|as|with|because|since|after|before|when|where|which|who|while|until|"
+    r"near|to be|so that)\b.*$",
+    re.IGNORECASE,
+)
+_WHOLE = frozenset({"decided", "todo"})  # a decision or a task keeps its clauses
 # Values that are a pronoun or a feeling: "I love it", "I'm working on that".
 _VAGUE = frozenset(
     [
@@ -142,7 +150,9 @@ _VAGUE = frozenset(
 
 _WHEN = re.compile(
     r"(?:\s+(?:last|this|next|every)\s+\w+|\s+\d+\s+\w+\s+ago|\s+(?:yesterday|today|tomorrow|"
-    r"tonight|recently|lately|again|already|anymore|too|as well|a while ago|soon)|\s+in\s+(?:january|"
+    r"tonight|recently|lately|again|already|anymore|too|as well|a while ago|soon|these days|"
+    r"nowadays|for now|for good|now)|\s+in\s+(?:the\s+)?(?:spring|summer|autumn|fall|winter)|"
+    r"\s+in\s+(?:january|"
     r"february|march|april|may|june|july|august|september|october|november|december|\d{4})|"
     r"\s+on\s+\w+day)+$",
     re.IGNORECASE,
@@ -193,7 +203,9 @@ def _from_phrases(said: Said) -> list[Proposed]:
             if any(a < m.end() and m.start() < b for a, b in taken):
                 continue  # a retraction already read this span
             raw = m.groupdict().get("v") or m.groupdict().get("w") or ""
-            value = _TRIM.sub("", _value(raw)) if rule.attribute != "decided" else _value(raw)
+            value = _value(raw)
+            if rule.attribute not in _WHOLE:
+                value = _CLAUSE.sub("", _TRIM.sub("", value))
             if _vague(value):
                 continue
             taken.append((m.start(), m.end()))
