@@ -53,8 +53,9 @@ class Filters:
     include_hidden: bool = False
     exclude_ids: Sequence[str] = ()
     #: Notes a newer one replaced (tagged ``superseded_by``) are left out
-    #: unless asked for; ``as_of`` (a ``keep_ts`` string) keeps those
-    #: replaced only after it, and leaves out notes made after it.
+    #: unless asked for; ``as_of`` leaves out notes made after it and keeps
+    #: those replaced only after it (``superseded_at``, compared as keep's
+    #: timestamps: UTC to the second, which sort as the times do).
     include_superseded: bool = False
     as_of: datetime | None = None
 
