@@ -227,3 +227,18 @@ async def test_the_context_block_keeps_to_its_budget(client, tenant, make_pipeli
     assert big["memories"][0]["value"] == "Lisbon"
     assert "(unconfirmed)" in big["context"]  # the rules' phrase matches are candidates
     assert {m["value"] for m in big["memories"]} >= {"Lisbon", "Initech", "surfing"}
+
+
+async def test_a_thread_keeps_its_user(client, tenant) -> None:
+    thread = new_thread()
+    await say(client, tenant, thread, msg("hello"), infer=False)
+    r = await client.post(
+        f"/v1/threads/{thread}/messages",
+        json={"messages": [msg("I live in Oslo.")], "user_id": "bob"},
+        headers=tenant.headers,
+    )
+    assert r.status_code == 409 and "alice" in r.json()["error"]
+    t = (await client.get(f"/v1/threads/{thread}", headers=tenant.headers)).json()
+    assert (t["user_id"], t["messages"]) == ("alice", 1)  # nothing of the refused batch
+    same = await say(client, tenant, thread, msg("again"), infer=False)  # alice, as before
+    assert same["messages"] == [f"thread/{thread}/000001"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import BadRequest, OutsideScope, PayloadTooLarge
+from app.errors import BadRequest, Conflict, OutsideScope, PayloadTooLarge
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
 from app.kit import redaction
@@ -107,6 +107,13 @@ async def add_messages(
         job_note=thread_note_id(thread_id),
     )
     user_id, agent_id, first = str(row.user_id), str(row.agent_id), int(row.first_seq)
+    for name, asked, held in (
+        ("user_id", batch.user_id, user_id),
+        ("agent_id", batch.agent_id, agent_id),
+    ):
+        if asked and asked != held:
+            # Raising undoes the transaction: nothing of the batch is stored.
+            raise Conflict(f"thread {thread_id!r} belongs to {name} {held!r}, not {asked!r}")
     puts: list[PutInput] = []
     inbox: list[dict[str, Any]] = []
     for i, (m, at) in enumerate(zip(batch.messages, times, strict=True)):
