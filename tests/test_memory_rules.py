@@ -114,3 +114,10 @@ def test_memories_of_one_second_follow_their_links() -> None:
     second = memory("Bergen", T1, nxt=third)
     first = memory("Oslo", T1, nxt=second)
     assert [m.value for m in ordered([third, first, second])] == ["Oslo", "Bergen", "Tromso"]
+
+
+def test_a_late_import_of_the_next_value_adds_no_copy_of_it() -> None:
+    munich = memory("Munich", T3)
+    berlin = memory("Berlin", T1, nxt=munich)
+    p = plan(candidate("Munich", T2), [berlin, munich])
+    assert (p.op, p.memory_id, p.links) == ("noop", munich.id, [])

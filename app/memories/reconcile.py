@@ -101,7 +101,9 @@ def plan(c: Candidate, slot: Sequence[Memory], replaced: Memory | None = None) -
             c.certainty == "fact" and prev.certainty == "candidate"
         )
         return Plan("update" if upgrade else "noop", prev.id)
-    if prev is None and nxt is not None and _same(nxt, c):
+    if nxt is not None and _same(nxt, c):
+        # Said before the memory that holds it was recorded: not a belief of
+        # its own between the two (no copy of the next one in the timeline).
         return Plan("noop", nxt.id, reason="said before it was recorded")
     if c.negated and c.single and prev is not None and not _same_words(prev.value, c.value):
         # "no longer in Berlin" while the belief is Munich: nothing to retract,
