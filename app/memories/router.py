@@ -123,7 +123,7 @@ async def thread_memories(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> MemoryList:
     """The memories formed from this thread: current ones (or as of a time)."""
-    await service.thread(session, scope, thread_id)
+    await service.held(session, scope, thread_id)
     found = await service.memories(
         session,
         scope,

@@ -301,11 +301,17 @@ def thread_out(row: Any, waiting: int) -> ThreadOut:
     )
 
 
-async def thread(session: AsyncSession, scope: Scope, thread_id: str) -> ThreadOut:
+async def held(session: AsyncSession, scope: Scope, thread_id: str) -> Any:
+    """The thread's row, or a 404 (another tenant's or project's included)."""
     whole_project(scope)
     row = await repo.thread(session, scope, thread_id)
     if row is None:
         raise NoteNotFound(f"thread not found: {thread_id}")
+    return row
+
+
+async def thread(session: AsyncSession, scope: Scope, thread_id: str) -> ThreadOut:
+    row = await held(session, scope, thread_id)
     return thread_out(row, await repo.inbox_size(session, scope, thread_id=thread_id))
 
 
@@ -350,7 +356,7 @@ async def delete_thread(
     versions), its record and unread inbox, and with ``memories`` the
     memories formed from it. Not a model's decision: nothing else ever
     deletes a memory."""
-    await thread(session, scope, thread_id)
+    await held(session, scope, thread_id)
     gone = await _delete_tagged(session, scope, {"thread": thread_id}, "role")
     made = await _delete_tagged(session, scope, {"thread": thread_id}, "memory") if memories else 0
     await repo.delete_thread(session, scope, thread_id)
@@ -361,7 +367,7 @@ async def messages(
     session: AsyncSession, scope: Scope, thread_id: str, *, limit: int, cursor: str | None
 ) -> MessageList:
     """A thread's messages, oldest first."""
-    await thread(session, scope, thread_id)
+    await held(session, scope, thread_id)
     page = await reading.list_notes(
         session,
         scope,
@@ -406,9 +412,9 @@ async def context(
     current memories of its user (or of the thread, without one), the most
     relevant first when a query is given, then the past messages that
     answer the query best (or the latest ones), under ``token_budget``."""
-    t = await thread(session, scope, thread_id)
+    t = await held(session, scope, thread_id)
     owner = {"user": t.user_id} if t.user_id else {"thread": thread_id}
-    held: list[Memory] = []
+    known: list[Memory] = []
     if query:
         found = await search.find(
             session,
@@ -417,10 +423,10 @@ async def context(
             cache=cache,
             data=search.FindInput(query=query, tags={**owner, "memory": ""}, limit=50),
         )
-        held = [m for v, _ in found.items if (m := Memory.of(v)) is not None]
-    seen = {m.id for m in held}
+        known = [m for v, _ in found.items if (m := Memory.of(v)) is not None]
+    seen = {m.id for m in known}
     rest = await memories(session, scope, tags=owner, limit=200)
-    held += [m for m in rest if m.id not in seen]
+    known += [m for m in rest if m.id not in seen]
     said: list[ContextMessage] = []
     if query:
         found = await search.find(
@@ -440,7 +446,7 @@ async def context(
             ContextMessage(id=m.id, summary=m.content, created_at=m.created_at, score=0.0)
             for m in latest.messages
         ]
-    return _pack(thread_id, held, said, token_budget)
+    return _pack(thread_id, known, said, token_budget)
 
 
 def _section(head: str, lines: list[str], budget: int) -> tuple[list[str], int, int]:
