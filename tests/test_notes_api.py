@@ -294,7 +294,8 @@ async def test_delete_without_history_reverts(client, tenant) -> None:
 async def test_now_is_created_from_template_on_first_read(client, tenant) -> None:
     r = await client.get(path("now"), headers=tenant.headers)
     assert r.status_code == 200
-    assert r.json()["summary"].startswith("# Now")
+    template = (await client.get(path(".now"), headers=tenant.headers)).json()["summary"]
+    assert r.json()["summary"] == template and template.startswith("# Keep")  # keep's own
     r = await client.get(path("now:alice"), headers=tenant.headers)
     assert r.json()["tags"]["user"] == "alice"
 
@@ -314,7 +315,8 @@ async def test_move_extracts_versions_from_now(client, tenant) -> None:
     versions = (await client.get(path("archive") + "/versions", headers=tenant.headers)).json()
     assert [v["summary"] for v in versions["versions"]] == ["step 2", "step 1"]
     now = (await client.get(path("now"), headers=tenant.headers)).json()
-    assert now["summary"].startswith("# Now")  # reset to the template
+    template = (await client.get(path(".now"), headers=tenant.headers)).json()["summary"]
+    assert now["summary"] == template  # reset to the template
 
 
 async def test_move_only_current_and_errors(client, tenant) -> None:

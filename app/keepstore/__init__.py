@@ -24,7 +24,7 @@ __all__ = ["BackendConfigError", "create_stores"]
 
 def create_stores(config: Any) -> Any:
     """keep's backend factory: ``config`` is keep's ``StoreConfig``."""
-    from keep.backend import (  # type: ignore[import-not-found]  # keep is the caller
+    from keep.backend import (  # keep is the caller
         NullPendingQueue,
         StoreBundle,
     )

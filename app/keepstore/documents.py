@@ -22,6 +22,7 @@ from app.kit.timeutil import keep_ts, parse_timestamp
 from app.models import Note, NoteVersion, Part
 from app.notes import records
 from app.notes import repository as repo
+from app.notes.tag_policy import TagRuleBroken
 from app.search import repository as search
 from app.search.fulltext import repository as fulltext
 from app.settings import Limits
@@ -31,7 +32,7 @@ MAX_LIST = 100_000  # "no limit" in keep's calls, bounded
 
 
 def _keep() -> Any:
-    from keep import document_store  # type: ignore[import-not-found]  # keep is the caller
+    from keep import document_store  # keep is the caller
 
     return document_store
 
@@ -39,7 +40,7 @@ def _keep() -> Any:
 def _tags(tags: dict[str, Any]) -> dict[str, Any]:
     """Tags as keep's own store writes them (duplicate values dropped, a
     one-value list as its value): keep's rule, applied with keep's code."""
-    from keep.types import normalize_tag_map  # type: ignore[import-not-found]
+    from keep.types import normalize_tag_map
 
     return dict(normalize_tag_map(tags))
 
@@ -126,7 +127,10 @@ class KeepmemDocumentStore(Bookkeeping):
             )
             return _record(collection, note), changed
 
-        return self._c.run(collection, work, write=True)
+        try:
+            return self._c.run(collection, work, write=True)
+        except TagRuleBroken as exc:  # keep reports its own tag-rule refusals as ValueError
+            raise ValueError(exc.message) from exc
 
     def update_summary(self, collection: str, id: str, summary: str) -> bool:
         return self._c.run(
@@ -137,9 +141,14 @@ class KeepmemDocumentStore(Bookkeeping):
 
     def update_tags(self, collection: str, id: str, tags: dict[str, Any]) -> bool:
         clean = _tags(tags)
-        return self._c.run(
-            collection, lambda s, sc: records.set_tags(s, sc, note_id=id, tags=clean), write=True
-        )
+        try:
+            return self._c.run(
+                collection,
+                lambda s, sc: records.set_tags(s, sc, note_id=id, tags=clean),
+                write=True,
+            )
+        except TagRuleBroken as exc:
+            raise ValueError(exc.message) from exc
 
     def touch(self, collection: str, id: str) -> None:
         self.touch_many(collection, [id])
@@ -514,7 +523,10 @@ class KeepmemDocumentStore(Bookkeeping):
         async def work(s: AsyncSession, scope: Scope) -> dict[str, int]:
             return await records.import_batch(s, scope, documents=documents, limits=limits)
 
-        return self._c.run(collection, work, write=True)
+        try:
+            return self._c.run(collection, work, write=True)
+        except TagRuleBroken as exc:
+            raise ValueError(exc.message) from exc
 
     def copy_record(self, collection: str, from_id: str, to_id: str) -> Any | None:
         """A new note ``to_id`` with ``from_id``'s summary, tags and times."""

@@ -44,7 +44,7 @@ def id_of(key: Key) -> str:
 
 
 def _keep_store() -> Any:
-    from keep import store  # type: ignore[import-not-found]  # keep is the caller
+    from keep import store  # keep is the caller
 
     return store
 

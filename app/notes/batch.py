@@ -22,7 +22,7 @@ from app.jobs.kinds import JobKind
 from app.kit import redaction
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
-from app.notes import edges, expiry
+from app.notes import edges, expiry, tag_policy
 from app.notes import repository as repo
 from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view
@@ -100,11 +100,14 @@ async def _insert_new(
     limits: Limits,
 ) -> list[int]:
     """Insert the notes that do not exist yet, with their feed entries, tag
-    edges and jobs; returns the positions of those that existed."""
+    edges and jobs; returns the positions of those that existed. The tag
+    rules are those the project had when the batch began (read once)."""
     now = utcnow()
+    policy = await tag_policy.policy_for(session, scope, [a.adds for _, a in together.values()])
     rows: dict[str, Fresh] = {}
     for note_id, (i, args) in together.items():
         try:
+            tag_policy.check(policy, adds=args.adds, existing={})
             rows[note_id] = fresh(args, limits, now)
         except AppError as exc:
             out[i] = BatchItem(error=exc.message, code=exc.code, status=exc.status_code)

@@ -5,6 +5,11 @@ any note (change feed, tag edges, embedding queued).
 ``merge`` keeps notes that already exist (counted as skipped); ``replace``
 deletes them first, history included. An imported note has no full text, only
 its summary, which becomes what is indexed and embedded.
+
+A note's current tags obey the project's tag rules (``tag_policy``). The
+import's ``.tag/`` notes are written first, so an export's rules (and the
+values of its constrained tags) hold for its notes; a ``.tag/<key>`` note's
+own rule flags are checked as a put checks them. Versions keep their tags.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from app.errors import BadRequest, PayloadTooLarge
 from app.kit import tags as tagrules
 from app.kit.ids import is_part_id, is_system_id
 from app.kit.timeutil import parse_timestamp, utcnow
-from app.notes import history
+from app.notes import history, tag_policy
 from app.notes import repository as repo
 from app.notes.common import sha256_hex, tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
@@ -103,6 +108,10 @@ def _numbered(entries: list[Mapping[str, Any]], key: str, where: str) -> list[in
     return numbers
 
 
+def _tag_doc(doc: Any) -> bool:
+    return isinstance(doc, Mapping) and _text(doc, "id").startswith(tag_policy.PREFIX)
+
+
 def _text(doc: Mapping[str, Any], key: str) -> str:
     value = doc.get(key)
     return value if isinstance(value, str) else ""
@@ -121,7 +130,8 @@ async def import_documents(
     if len(documents) > MAX_DOCUMENTS:
         raise PayloadTooLarge(f"at most {MAX_DOCUMENTS} documents per import; split the file")
     result = ImportResult()
-    for index, doc in enumerate(documents):
+    for index in sorted(range(len(documents)), key=lambda i: not _tag_doc(documents[i])):
+        doc = documents[index]
         if not isinstance(doc, Mapping):
             raise BadRequest(f"documents[{index}] must be an object")
         note_id = valid_id(_text(doc, "id"), f"documents[{index}].id")
@@ -158,6 +168,13 @@ async def _import_one(
     now = utcnow()
     summary = (_text(doc, "summary") or _text(doc, "content"))[: limits.max_summary_chars]
     user, system = _tags(doc.get("tags"))
+    tag_policy.check_stored_flags(note_id, system, {})
+    await tag_policy.admit(
+        session,
+        scope,
+        adds={k: tagrules.values_of(v, k) for k, v in user.items()},
+        existing={},
+    )
     created = _when(doc.get("created_at"), now)
     content_hash = _text(doc, "content_hash_full") or sha256_hex(summary)
     system_note = is_system_id(note_id)

@@ -196,3 +196,18 @@ async def parts(session: AsyncSession, scope: Scope, *, raw_id: str) -> list[Ite
     if await repo.get(session, scope, note_id) is None:
         raise NoteNotFound(f"note not found: {raw_id}")
     return [part_view(note_id, p) for p in await repo.list_parts(session, scope, note_id)]
+
+
+async def family(session: AsyncSession, scope: Scope, *, note_id: str) -> list[ItemView]:
+    """A note and the notes under ``<id>/`` (keep's docs and their fragments)."""
+    return [note_view(n) for n in await repo.family(session, scope, valid_id(note_id))]
+
+
+async def sharing(
+    session: AsyncSession, scope: Scope, *, terms: Sequence[str], exclude: str, limit: int
+) -> list[ItemView]:
+    """Visible notes holding one of these ``key=value`` tag terms, newest first."""
+    if not terms:
+        return []
+    found = await repo.sharing_tags(session, scope, terms=terms, exclude=exclude, limit=limit)
+    return [note_view(n) for n in found]

@@ -9,6 +9,11 @@ feed, tag edges, vectors archived with their version, and keepmem's own
 background work (embedding with keepmem's model, graph extraction), so the
 REST API finds what a local keep wrote. keep's full text is not sent to the
 store (only its summary), so the summary is what is indexed and embedded.
+
+keep applies the project's tag rules itself (it reads the ``.tag/`` notes
+through the store); the store checks them again on the records it is given
+(``tag_policy.check_record``: the values a record adds), so a keep that
+skips them, or writes through the store directly, cannot break them.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from app.kit.changes import EventKind
 from app.kit.ids import is_system_id
 from app.kit.timeutil import utcnow
 from app.models import Note, NoteVersion
-from app.notes import edges, history, importing
+from app.notes import edges, history, importing, tag_policy
 from app.notes import repository as repo
 from app.notes.common import sha256_hex, tag_words, valid_id
 from app.notes.repository import changes as feed
@@ -93,6 +98,8 @@ async def upsert(
         tag_text=text,
     )
     if inserted is not None:
+        # a refusal raises: keep's write is its own transaction, the insert goes with it
+        await _obeys_rules(session, scope, note_id, clean, {})
         await feed.record(
             session, scope, mutation="doc_insert", entity_id=note_id, kind=EventKind.PUT
         )
@@ -103,6 +110,7 @@ async def upsert(
     existing = await repo.get(session, scope, note_id, lock=True)
     if existing is None:  # the insert conflicted, so it exists: outside the tag scope
         raise taken_outside_scope(note_id)
+    await _obeys_rules(session, scope, note_id, clean, existing.tags)
     if archive:
         await archive_version(session, scope, note_id=note_id)
     changed = content_hash is not None and existing.content_hash != content_hash
@@ -128,6 +136,22 @@ async def upsert(
         await _queue(session, scope, note_id, content_hash, system, graph_extraction, True)
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.PUT)
     return note, changed
+
+
+async def _obeys_rules(
+    session: AsyncSession,
+    scope: Scope,
+    note_id: str,
+    tags: Mapping[str, Any],
+    old: Mapping[str, Any],
+) -> None:
+    """Refuse (``TagRuleBroken``) a record whose tags break the project's tag
+    rules, or whose rule flags (on a ``.tag/<key>`` note) cannot be applied."""
+    tag_policy.check_stored_flags(note_id, tags, old)
+    user, old_user = split_system(dict(tags))[0], split_system(dict(old))[0]
+    if any(user.get(k) != old_user.get(k) for k in user):
+        policy = await tag_policy.load(session, scope)
+        tag_policy.check_record(policy, new=user, old=old_user)
 
 
 async def _queue(
@@ -160,6 +184,7 @@ async def set_tags(
         return False
     clean = stored_tags(tags)
     user, _ = split_system(clean)
+    await _obeys_rules(session, scope, note_id, clean, existing.tags)
     await repo.update_note(
         session,
         scope,

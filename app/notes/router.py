@@ -22,6 +22,8 @@ from app.notes.schemas import (
     PartList,
     PutRequest,
     TagRequest,
+    TagRuleList,
+    TagRuleOut,
     VersionList,
     VersionOut,
 )
@@ -175,6 +177,17 @@ async def tag_note(
         remove_values=body.remove_values,
     )
     return NoteOut.of(view)
+
+
+@router.get("/tag-rules", response_model=TagRuleList, summary="List the project's tag rules")
+async def tag_rules(scope: ReadScope, session: SessionDep) -> TagRuleList:
+    """The rules the project's `.tag/<key>` notes declare, applied to every
+    write of tags: `singular` (a new value replaces the old), `constrained`
+    (only `values`), `value_regex`, `requires` (the rules hold only beside
+    that tag) and `inverse` (an edge tag). A write that breaks one is a 400
+    with code `tag_rule`."""
+    found = await service.tag_rules(session, scope)
+    return TagRuleList(rules=[TagRuleOut.of(rule) for rule in found])
 
 
 @router.delete("/notes/{note_id}", response_model=DeleteOut, summary="Delete or revert a note")

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from app.notes.tag_policy import Rule
 from app.notes.views import ItemView
 from app.wire import DateTimeText, not_text
 
@@ -30,7 +31,9 @@ class PutRequest(BaseModel):
     tags: TagInput | None = Field(
         default=None,
         description="Tags to add: key -> value or "
-        'list of values; `""` removes a key; `_` keys are ignored.',
+        'list of values; `""` removes a key; `_` keys are ignored, except the tag rules '
+        "(`_singular`, `_constrained`, `_value_regex`, `_inverse`, `_requires`) on a "
+        "`.tag/<key>` note.",
     )
     created_at: str | None = Field(default=None, description="ISO-8601 creation time override.")
     force: StrictBool = Field(
@@ -145,3 +148,42 @@ class BatchOut(BaseModel):
     results: list[BatchResult] = Field(description="One per note, in the order sent.")
     stored: int
     failed: int
+
+
+class TagRuleOut(BaseModel):
+    """What a project's ``.tag/<key>`` note says about ``key``."""
+
+    key: str
+    singular: bool = Field(description="A new value replaces the old; one value per write.")
+    constrained: bool = Field(description="Values must be among `values`.")
+    values: list[str] = Field(
+        description="A constrained tag's allowed values: its `.tag/<key>/<value>` notes."
+    )
+    value_regex: str | None = Field(description="Each value must match all of it.")
+    inverse: str | None = Field(
+        description="An edge tag: the name of the link seen from the target."
+    )
+    requires: str | None = Field(
+        description="`constrained` and `value_regex` apply only to notes with this tag."
+    )
+    problem: str | None = Field(
+        default=None,
+        description="Why these rules cannot be applied (writes of the key are refused).",
+    )
+
+    @classmethod
+    def of(cls, rule: Rule) -> TagRuleOut:
+        return cls(
+            key=rule.key,
+            singular=rule.singular,
+            constrained=rule.constrained,
+            values=list(rule.values) if rule.constrained else [],
+            value_regex=rule.value_regex,
+            inverse=rule.inverse,
+            requires=rule.requires,
+            problem=rule.problem,
+        )
+
+
+class TagRuleList(BaseModel):
+    rules: list[TagRuleOut] = Field(description="One per `.tag/<key>` note, by key.")

@@ -3,7 +3,8 @@ move / versions / parts rules.
 
 The use cases live by kind: ``writing`` (put, tag, system notes, analysis
 requests), ``reading`` (get, list, count, parts), ``history`` (delete or
-revert, move, versions) and ``derived`` (what background work writes: summaries,
+revert, move, versions), ``profile`` (the project's counts, keep's ``stats``)
+and ``derived`` (what background work writes: summaries,
 vectors, parts, give-ups). Services take ``(session, scope, *, ...)``, never
 commit and never import FastAPI or arq; SQL lives in the repositories.
 """
@@ -13,7 +14,20 @@ from __future__ import annotations
 from app.notes.batch import MAX_BATCH, BatchItem, put_many
 from app.notes.common import PENDING_TAG, valid_id
 from app.notes.history import DeleteResult, VersionEntry, delete, move, versions
-from app.notes.reading import ListInput, ListResult, count, get, get_as_of, list_notes, parts
+from app.notes.profile import profile
+from app.notes.reading import (
+    ListInput,
+    ListResult,
+    count,
+    family,
+    get,
+    get_as_of,
+    list_notes,
+    parts,
+    sharing,
+)
+from app.notes.stubs import stub
+from app.notes.tag_policy import rules as tag_rules
 from app.notes.tagging import tag
 from app.notes.writing import PutInput, put, request_analysis, seed_system_docs
 from app.settings import Limits
@@ -30,16 +44,21 @@ __all__ = [
     "VersionEntry",
     "count",
     "delete",
+    "family",
     "get",
     "get_as_of",
     "list_notes",
     "move",
     "parts",
+    "profile",
     "put",
     "put_many",
     "request_analysis",
     "seed_system_docs",
+    "sharing",
+    "stub",
     "tag",
+    "tag_rules",
     "valid_id",
     "versions",
 ]

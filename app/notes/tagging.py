@@ -15,7 +15,7 @@ from app.kit import redaction
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
-from app.notes import edges
+from app.notes import edges, tag_policy
 from app.notes import repository as repo
 from app.notes.common import tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
@@ -35,7 +35,9 @@ async def tag(
 ) -> ItemView:
     """Add values (``""`` removes a key), remove keys, remove single values.
 
-    Tags change in place: no version is archived.
+    Tags change in place: no version is archived. The project's tag rules
+    apply (a singular tag's new value replaces the old); on a ``.tag/<key>``
+    note the rule flags themselves may be set and removed.
     """
     note_id = valid_id(raw_id)
     if set_tags and await tenants.sanitizing(session, scope):
@@ -46,24 +48,29 @@ async def tag(
         drop_values = tagrules.parse_value_map(remove_values)
     except tagrules.InvalidTags as exc:
         raise tag_error(exc) from exc
+    flags = tag_policy.flag_changes(note_id, set_tags, remove)
     note = await repo.get(session, scope, note_id, lock=True)
     if note is None:
         raise NoteNotFound(f"note not found: {raw_id}")
     user, system = split_system(note.tags)
+    replaced = await tag_policy.admit(session, scope, adds=adds, existing=user)
     try:
         new_user = tagrules.apply_changes(
-            user, add=adds, remove_keys=deletes, remove_values=drop_values
+            user, add=adds, remove_keys=deletes | replaced, remove_values=drop_values
         )
     except tagrules.InvalidTags as exc:
         raise tag_error(exc) from exc
-    if new_user == user:
+    new_system = flags.apply(system)
+    if flags:
+        tag_policy.check_flags(note_id, tag_policy.flags_of(new_system))
+    if new_user == user and new_system == system:
         return note_view(note, changed=False)
     note = await repo.update_note(
         session,
         scope,
         note_id,
         values={
-            "tags": {**new_user, **system},
+            "tags": {**new_user, **new_system},
             "tag_index": tagrules.index_terms(new_user),
             "updated_at": utcnow(),
         },

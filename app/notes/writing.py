@@ -22,12 +22,12 @@ from app.kit.changes import EventKind
 from app.kit.ids import NOW_ID, content_id, is_part_id, is_system_id
 from app.kit.timeutil import parse_timestamp, utcnow
 from app.models import Note
-from app.notes import edges, expiry
+from app.notes import edges, expiry, tag_policy
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
 from app.notes.repository import vectors
-from app.notes.system_docs import NOW_TEMPLATE, SYSTEM_DOCS
+from app.notes.system_docs import NOW_TEMPLATE, bundled, system_tags
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits
 from app.tenancy import Scope
@@ -69,6 +69,8 @@ class WriteArgs:
     content_type: str
     uri: str | None
     placeholder: str | None = None
+    #: The tag-rule flags a put sets on a ``.tag/<key>`` note (tag_policy).
+    flags: tag_policy.FlagChanges = tag_policy.NO_CHANGES
 
 
 def checked(data: PutInput, limits: Limits) -> WriteArgs:
@@ -99,6 +101,7 @@ def checked(data: PutInput, limits: Limits) -> WriteArgs:
         deletes, adds = tagrules.user_tag_changes(data.tags)
     except tagrules.InvalidTags as exc:
         raise tag_error(exc) from exc
+    flags = tag_policy.flag_changes(note_id, data.tags)
     created_override = None
     if data.created_at:
         try:
@@ -119,6 +122,7 @@ def checked(data: PutInput, limits: Limits) -> WriteArgs:
         content_type=data.content_type or "text/markdown",
         uri=data.uri,
         placeholder=data.placeholder,
+        flags=flags,
     )
 
 
@@ -207,6 +211,7 @@ def fresh(args: WriteArgs, limits: Limits, now: datetime) -> Fresh:
         stored_system[PENDING_TAG] = args.placeholder
     if not needs_summary:
         stored_system["_summarized_hash"] = content_hash[:10]
+    stored_system.update(args.flags.set)
     pending_content = content if (needs_summary or not system_note) else None
     values = {
         "summary": summary,
@@ -238,7 +243,11 @@ def fresh(args: WriteArgs, limits: Limits, now: datetime) -> Fresh:
 async def write(
     session: AsyncSession, scope: Scope, *, args: WriteArgs, limits: Limits
 ) -> ItemView:
-    """Store a checked put: insert, or update an existing note (versioning)."""
+    """Store a checked put: insert, or update an existing note (versioning).
+    The project's tag rules are checked before the insert as for a new note;
+    a note that exists is checked again against its own tags."""
+    policy = await tag_policy.policy_for(session, scope, [args.adds])
+    tag_policy.check(policy, adds=args.adds, existing={})
     now = utcnow()
     new = fresh(args, limits, now)
     note_id, content_hash = args.note_id, new.content_hash
@@ -264,7 +273,7 @@ async def write(
             limits=limits,
         )
         return note_view(inserted, changed=True, pending=queued)
-    return await _update(session, scope, args, new, limits=limits, now=now)
+    return await _update(session, scope, args, new, limits=limits, now=now, policy=policy)
 
 
 async def _update(
@@ -275,6 +284,7 @@ async def _update(
     *,
     limits: Limits,
     now: datetime,
+    policy: tag_policy.Policy,
 ) -> ItemView:
     """The put of a note that exists: a new version, or tags in place."""
     note_id, content_hash, summary = args.note_id, new.content_hash, new.summary
@@ -287,9 +297,11 @@ async def _update(
     explicit_summary = args.summary is not None
 
     def merged_tags(existing: Note) -> dict[str, Any]:
+        old_user, _ = split_system(existing.tags)
+        # a singular tag named by the put is replaced, not merged
+        replaced = tag_policy.check(policy, adds=adds, existing=old_user)
         try:
-            old_user, _ = split_system(existing.tags)
-            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes)
+            return tagrules.apply_changes(old_user, add=adds, remove_keys=deletes | replaced)
         except tagrules.InvalidTags as exc:
             raise tag_error(exc) from exc
 
@@ -297,10 +309,16 @@ async def _update(
     if existing is None:  # the insert conflicted, so it exists: outside the tag scope
         raise taken_outside_scope(note_id)
     user_tags = merged_tags(existing)
-    all_tags = {**user_tags, **stored_system}
+    # a .tag/<key> note keeps its rules through a new text unless the put changes them
+    old_flags = tag_policy.flags_of(existing.tags)
+    flags = args.flags.apply(old_flags)
+    if args.flags:
+        tag_policy.check_flags(note_id, flags)
+    all_tags = {**user_tags, **stored_system, **flags}
     tag_text = tag_words(note_id, user_tags)
     content_changed = existing.content_hash != content_hash
     tags_changed = user_tags != split_system(existing.tags)[0]
+    flags_changed = flags != old_flags
     values: dict[str, Any] = {"tags": all_tags, "tag_index": tagrules.index_terms(user_tags)}
     if created_override is not None:
         values["created_at"] = created_override
@@ -321,11 +339,11 @@ async def _update(
         )
     else:
         # Same content: tags (and an explicit summary) update in place.
-        values["tags"] = {**split_system(existing.tags)[1], **user_tags}
+        values["tags"] = {**args.flags.apply(split_system(existing.tags)[1]), **user_tags}
         # The same content keeps its summary unless a new one is given.
         if explicit_summary and summary != existing.summary:
             values["summary"] = summary
-        if tags_changed or "summary" in values:
+        if tags_changed or flags_changed or "summary" in values:
             values["updated_at"] = now
         if force:
             values["pending_content"] = pending_content
@@ -339,7 +357,7 @@ async def _update(
     )
     if tags_changed:
         await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user_tags)
-    changed = content_changed or tags_changed or "summary" in values
+    changed = content_changed or tags_changed or flags_changed or "summary" in values
     pending: list[str] = []
     if content_changed or force:
         pending = await enqueue_processing(
@@ -370,11 +388,14 @@ async def _put_by_uri(
     note_id = valid_id(data.id or uri, "id" if data.id else "uri")
     if not uri.lower().startswith(("http://", "https://")):
         raise BadRequest(f"only http and https URIs can be fetched, not {uri!r}")
-    try:
-        tagrules.user_tag_changes(data.tags)  # invalid tags fail now, not in the worker
+    try:  # invalid tags fail now, not in the worker
+        _, adds = tagrules.user_tag_changes(data.tags)
     except tagrules.InvalidTags as exc:
         raise tag_error(exc) from exc
+    tag_policy.flag_changes(note_id, data.tags)
     existing = await repo.get(session, scope, note_id)
+    before = split_system(existing.tags)[0] if existing is not None else {}
+    await tag_policy.admit(session, scope, adds=adds, existing=before)
     if existing is None:
         view = await put_clean(
             session,
@@ -502,11 +523,8 @@ async def create_now(session: AsyncSession, scope: Scope, *, note_id: str) -> No
     return await repo.get(session, scope, note_id)
 
 
-async def write_text(
-    session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
-) -> ItemView:
-    """A server-made note whose summary is its whole text (``now``, system notes)."""
-    args = WriteArgs(
+def _text_args(note_id: str, body: str, tags: Mapping[str, str]) -> WriteArgs:
+    return WriteArgs(
         note_id=note_id,
         content=body,
         summary=body,
@@ -518,6 +536,13 @@ async def write_text(
         content_type="text/markdown",
         uri=None,
     )
+
+
+async def write_text(
+    session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
+) -> ItemView:
+    """A server-made note whose summary is its whole text (``now``, system notes)."""
+    args = _text_args(note_id, body, tags)
     return await write(session, scope, args=args, limits=Limits())
 
 
@@ -525,15 +550,20 @@ async def write_text(
 
 
 async def seed_system_docs(session: AsyncSession, scope: Scope) -> int:
-    """Write the bundled system notes into a new project."""
-    for doc in SYSTEM_DOCS:
-        await write_text(session, scope, note_id=doc.id, body=doc.body, tags=doc.tags)
-        system = {k: v for k, v in doc.tags.items() if k.startswith("_")}
-        if system:
-            note = await repo.get(session, scope, doc.id)
-            assert note is not None
-            await repo.update_note(session, scope, doc.id, values={"tags": {**note.tags, **system}})
-    return len(SYSTEM_DOCS)
+    """Write keep's bundled schema docs into a project, in one statement; a
+    doc the project already has is left as the project made it. Returns how
+    many were written."""
+    now, limits = utcnow(), Limits()
+    rows = []
+    for doc in bundled():
+        new = fresh(_text_args(doc.id, doc.body, doc.tags), limits, now)
+        new.values["tags"] = {**new.values["tags"], **system_tags(doc.tags)}
+        rows.append((doc.id, new.values, new.fts_text, new.tag_text))
+    inserted = await repo.insert_notes(session, scope, rows)
+    await feed.record_many(
+        session, scope, mutation="doc_insert", entity_ids=list(inserted), kind=EventKind.PUT
+    )
+    return len(inserted)
 
 
 async def request_analysis(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from app.notes.repository.listing import (
     ListQuery,
     count,
+    family,
     list_notes,
     neighbours_in_time,
     sharing_tags,
@@ -62,6 +63,7 @@ __all__ = [
     "delete_note",
     "delete_parts",
     "delete_versions",
+    "family",
     "get",
     "get_many",
     "get_part",

@@ -7,7 +7,7 @@ service; ``public_id`` (random) is what events, cursors and webhooks show.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -17,6 +17,16 @@ from app.kit.changes import KEEP_MUTATIONS, EventKind
 from app.models import Change
 from app.request_vars import journal_var
 from app.tenancy import Scope
+
+Listener = Callable[[Scope, Sequence[str]], None]
+_listeners: list[Listener] = []
+
+
+def on_record(listener: Listener) -> None:
+    """Call ``listener(scope, note ids)`` for every change this process
+    records: a module that keeps note contents in memory (the tag rules)
+    forgets what a write made stale, without this module knowing it."""
+    _listeners.append(listener)
 
 
 async def record(
@@ -31,6 +41,7 @@ async def record(
     """One change; ``kind`` is what it means to a watcher (None: a
     bookkeeping row only keep's export shows)."""
     _journal([entity_id])
+    _tell(scope, [entity_id])
     await session.execute(
         insert(Change).values(
             tenant_id=scope.tenant_id,
@@ -55,6 +66,7 @@ async def record_many(
     if not entity_ids:
         return
     _journal(entity_ids)
+    _tell(scope, entity_ids)
     await session.execute(
         insert(Change),
         [
@@ -143,6 +155,11 @@ async def public_ids(
         )
     )
     return {int(i): p for i, p in rows.all()}
+
+
+def _tell(scope: Scope, entity_ids: Sequence[str]) -> None:
+    for listener in _listeners:
+        listener(scope, entity_ids)
 
 
 def _journal(entity_ids: Sequence[str]) -> None:

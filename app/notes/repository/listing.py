@@ -99,6 +99,20 @@ async def sharing_tags(
     return (await session.execute(stmt)).scalars().all()
 
 
+async def family(session: AsyncSession, scope: Scope, note_id: str) -> Sequence[Note]:
+    """The note and the notes under ``<id>/`` (a state doc and its
+    fragments), in id order."""
+    stmt = (
+        select(Note)
+        .where(
+            in_scope(scope),
+            or_(Note.id == note_id, Note.id.startswith(note_id + "/", autoescape=True)),
+        )
+        .order_by(Note.id)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def neighbours_in_time(
     session: AsyncSession,
     scope: Scope,
