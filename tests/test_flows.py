@@ -78,12 +78,20 @@ async def test_every_captured_flow_request_is_answered(client, make_tenant, capt
             # a short note cannot be split; keep's CLI shows the reason
             assert out["status"] in ("async", "error"), out
             continue
-        if state == "move" and out["status"] == "error":
-            # the capture moves from `now` before anything made it: keep says so too
-            assert out["data"]["code"] == "note_not_found", out
+        if state == "move" and "error" in out["bindings"].get("moved", {}):
+            # the capture moves from `now` before anything made it: keep says
+            # so too, as the action's error (the flow itself is done)
+            assert out["bindings"]["moved"]["code"] == "note_not_found", out
+            assert out["status"] == "done", out
             continue
         if state == "prompt" and body["params"].get("name") and out["status"] == "error":
             assert out["data"]["error"].startswith("prompt not found"), out
+            continue
+        if state.startswith("query-") and out["status"] == "stopped":
+            # nothing stands out in a near-empty store: keep's query flows
+            # widen until the budget runs out (the runtime hands back a
+            # cursor, or query-explore's own last rule stops first)
+            assert out["data"]["reason"] == "budget", out
             continue
         assert out["status"] == "done", (label, body, out)
         _reads(state, out)
@@ -114,20 +122,24 @@ async def test_responses_have_keeps_shape(client, tenant) -> None:
 
 
 async def test_flow_level_failures_are_answers(client, tenant) -> None:
+    """keep's split: a flow that cannot run is ``status: error`` with a
+    reason; an action that refuses its input binds ``{"error": ...}`` and
+    the flow goes on (keep's CLI reads ``bindings.<rule>.error``)."""
     out = await _flow(client, tenant, {"state": "no-such-state", "params": {}})
     assert out["status"] == "error" and "state doc not found" in out["data"]["reason"]
     out = await _flow(
         client, tenant, {"state": "put", "params": {"content": "x"}, "writable": False}
     )
-    assert out["status"] == "error" and "read-only" in out["data"]["reason"]
+    assert out["status"] == "done" and "read-only" in out["bindings"]["stored"]["error"]
     out = await _flow(
         client, tenant, {"state": "tag", "params": {"id": "ghost", "tags": {"a": "b"}}}
     )
-    assert out["status"] == "error" and "not found" in out["data"]["error"]
+    assert out["status"] == "done" and "not found" in out["bindings"]["tagged"]["error"]
     out = await _flow(
         client, tenant, {"state": "put", "params": {"content": "x"}, "state_doc_yaml": "rules: []"}
     )
-    assert out["status"] == "error" and "inline state docs" in out["data"]["reason"]
+    assert out["status"] == "error" and "inline state doc" in out["data"]["reason"]
+    assert "match" in out["data"]["reason"]
     out = await _flow(client, tenant, {"state": "prompt", "params": {"name": "nope"}})
     assert out["status"] == "error" and out["data"]["error"] == "prompt not found: nope"
 
@@ -138,7 +150,14 @@ async def test_a_failed_state_leaves_nothing_behind(client, tenant) -> None:
         tenant,
         {"state": "put", "params": {"content": "x", "id": "bad;id", "tags": {"k": "v"}}},
     )
-    assert out["status"] == "error"
+    assert "error" in out["bindings"]["stored"]
+    # a flow that fails after a write (a sub-flow fails) is rolled back whole
+    doc = (
+        "match: sequence\nrules:\n  - id: stored\n    do: put\n    with: {content: kept, id: w1}\n"
+        "  - do: .state/no-such-flow\n"
+    )
+    out = await _flow(client, tenant, {"state": "two-step", "params": {}, "state_doc_yaml": doc})
+    assert out["status"] == "error" and "no-such-flow" in out["data"]["reason"]
     listed = await _flow(client, tenant, {"state": "list", "params": {"limit": 50}})
     assert listed["bindings"]["results"]["results"] == []
 

@@ -137,7 +137,9 @@ async def test_a_keep_cli_session(keep_user, tmp_path, client, make_pipeline) ->
     reflected = keep(env, "prompt", "reflect", "PKCE")
     assert "auth" in reflected and "{find}" not in reflected
     resolved = json.loads(keep(env, "flow", "query-resolve", "-p", "query=PKCE S256"))
-    assert resolved["status"] == "done" and resolved["data"]["results"][0]["id"] == "auth"
+    # keep's own flow: a clear answer ends at its first search
+    assert resolved["status"] == "done" and resolved["data"]["search"]["results"][0]["id"] == "auth"
+    await _schema_as_data(env, client, tenant, make_pipeline)
     exported = tmp_path / "export.json"
     assert "Exported" in keep(env, "data", "export", str(exported))
     documents = json.loads(exported.read_text())["documents"]
@@ -162,6 +164,45 @@ async def test_a_keep_cli_session(keep_user, tmp_path, client, make_pipeline) ->
     assert shape(again) == shape(exported)
     assert "auth deleted." in keep(env, "del", "auth")
     assert "Not found: auth" in keep(env, "get", "auth", ok=False)
+
+
+async def _schema_as_data(env, client, tenant, make_pipeline) -> None:
+    """The project's schema docs at work through keep's own CLI: a singular
+    tag, the todo meta doc, keep's named flows with budgets and cursors, a
+    project-declared edge tag and a project-added meta doc."""
+    keep(env, "put", "I will ship the PKCE fix by Friday", "--id", "promise-1",
+         "-t", "act=commitment", "-t", "status=open")  # fmt: skip
+    await run_all(make_pipeline(), client, tenant)
+    assert "promise-1" in keep(env, "get", "auth", "--meta")
+    assert "promise-1 tagged." in keep(env, "tag", "promise-1", "-t", "status=fulfilled")
+    shown = keep(env, "get", "promise-1")
+    assert 'status: "fulfilled"' in shown and "open" not in shown, shown
+    assert "promise-1" not in keep(env, "get", "auth", "--meta")
+    # keep's named flows run here as in keep's own store
+    for state in ("query-explore", "query-branch", "find-deep"):
+        out = json.loads(keep(env, "flow", state, "-p", "query=PKCE"))
+        hits = [r["id"] for b in out["bindings"].values() for r in b.get("results", [])]
+        assert "auth" in hits, (state, out)
+    stopped = json.loads(keep(env, "flow", "query-resolve", "-p", "query=PKCE", "-p",
+                              "margin_high=2", "-p", "margin_low=2", "--budget", "1"))  # fmt: skip
+    assert stopped["status"] == "stopped" and stopped["cursor"], stopped
+    resumed = json.loads(keep(env, "flow", "--cursor", stopped["cursor"], "--budget", "1"))
+    assert resumed["history"] == ["query-branch"] and resumed["ticks"] == 2, resumed
+    # a project declares its own edge tag, and writing it makes edges and stubs
+    keep(env, "put", "Tag mentor: who taught the note's author.", "--id", ".tag/mentor")
+    assert "tagged." in keep(env, "tag", ".tag/mentor", "-t", "_inverse=mentee")
+    keep(env, "put", "Grace showed me how to read a stack trace", "--id", "lesson-1",
+         "-t", "mentor=grace")  # fmt: skip
+    grace = keep(env, "get", "grace")
+    assert "mentee" in grace and "lesson-1" in grace, grace
+    # a project's own meta doc shows in `get --meta`
+    doc = ("match: all\nrules:\n  - id: hits\n    do: find\n    with: {similar_to: "
+           "'{params.item_id}', tags: {risk: high}, limit: '{params.limit}'}\n")  # fmt: skip
+    keep(env, "put", doc, "--id", ".meta/risks")
+    keep(env, "put", "Leaked refresh tokens stay valid for a day", "--id", "risk-1",
+         "-t", "risk=high")  # fmt: skip
+    meta = keep(env, "get", "auth", "--meta")
+    assert "risks" in meta and "risk-1" in meta, meta
 
 
 async def test_remote_keeper(keep_user, client, make_pipeline) -> None:
@@ -230,7 +271,8 @@ async def test_keep_mcp_over_stdio(keep_user) -> None:
     assert {"keep_flow", "keep_prompt"}.issubset(got["tools"])
     assert not got["put"]["error"] and '"mcp-note"' in got["put"]["text"]
     resolved = json.loads(got["resolve"]["text"])
-    assert resolved["status"] == "done" and resolved["data"]["results"][0]["id"] == "mcp-note"
+    assert resolved["status"] == "done"
+    assert resolved["data"]["search"]["results"][0]["id"] == "mcp-note"
     assert "MCP note about PKCE" in got["get"]["text"]
     assert not got["prompt"]["error"] and "mcp-note" in got["prompt"]["text"]
     assert {"query", "reflect"}.issubset(got["native_prompts"])

@@ -280,7 +280,7 @@ async def test_meta_sections_show_open_loops_and_learnings(client, tenant) -> No
     await _put(client, tenant, id="done", content="Sent the slides.",
                tags={"act": "commitment", "status": "fulfilled"})  # fmt: skip
     await _put(client, tenant, id="lesson", content="Small drafts get reviewed faster.",
-               tags={"type": "learning"})  # fmt: skip
+               tags={"kind": "learning"})  # fmt: skip
     r = await client.get("/v1/notes/plan/context", params={"meta_limit": 5}, headers=tenant.headers)
     meta = r.json()["meta"]
     assert sorted(n["id"] for n in meta["todo"]) == ["ask", "promise"]

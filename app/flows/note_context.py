@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import NotEmbeddedYet, NotFound
-from app.flows import states
+from app.flows.host import meta_sections
 from app.flows.states import FlowContext
 from app.graph import service as graph
 from app.notes import service as notes
@@ -96,9 +96,9 @@ async def item_context(ctx: FlowContext, raw_id: str, q: ContextQuery) -> dict[s
                 )
     meta: dict[str, list[dict[str, Any]]] = {}
     if q.include_meta and q.meta_limit > 0:
-        found_meta = await states.meta_sections(ctx, note_id, min(q.meta_limit, 100))
+        found_meta = await meta_sections(ctx, note_id, min(q.meta_limit, 100))
         meta = {
-            name: [{"id": v.id, "summary": v.summary} for v in views]
+            name: [{"id": v["id"], "summary": v["summary"]} for v in views]
             for name, views in found_meta.items()
         }
     return {

@@ -19,18 +19,24 @@ class FlowRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    state: str = Field(max_length=200, description="State name: put, get, find, list, tag, ...")
+    state: str = Field(
+        max_length=200,
+        description="State name: a `.state/<name>` doc of the project (keep's named flows: put, "
+        "get, find-deep, query-resolve, ...), `prompt`, or `__cursor__` to resume `cursor`.",
+    )
     params: dict[str, Any] | None = Field(default=None, description="The state's parameters.")
     budget: JsonInt | str | None = Field(
         default=None, description="Tick budget (default 5); a stopped flow returns a cursor."
     )
-    cursor_token: str | None = Field(default=None, max_length=4096, description="Resume cursor.")
-    cursor: str | None = Field(default=None, max_length=4096, description="Same (MCP's name).")
+    cursor_token: str | None = Field(
+        default=None, max_length=65536, description="Resume cursor (from a stopped flow)."
+    )
+    cursor: str | None = Field(default=None, max_length=65536, description="Same (MCP's name).")
     state_doc_yaml: str | None = Field(
         default=None,
         max_length=65536,
-        description="Inline state doc. The private compat-* names are recognised; others are "
-        "refused with a clear error.",
+        description="Inline state doc in keep's state-doc language, run for `state` in place "
+        "of the project's `.state/<state>` (sub-flows still load from the project).",
     )
     writable: bool = Field(default=True, description="False: write states are refused.")
     token_budget: TokenBudget | None = Field(

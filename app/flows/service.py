@@ -1,33 +1,47 @@
-"""keep's ``POST /v1/flow``: run a named state and answer in the FlowResult
+"""keep's ``POST /v1/flow``: run a state and answer in the FlowResult
 envelope (KEEP_PROTOCOL §3.1, §4).
 
-Flow-level failures are answers, not HTTP errors: an unknown state, a write
-in a read-only flow, a refused inline state doc or a rule the notes service
-enforces (a missing note, a bad tag) come back with ``status: "error"`` and
-the reason in ``data``. A failing state leaves nothing behind: it runs in a
-savepoint that is rolled back. A budget of 0 stops before the first tick and
-returns a cursor that resumes the state.
+A state is the project's ``.state/<name>`` doc (keep's named flows are
+seeded into every project; a project may edit them or add its own), run by
+:mod:`app.flows.runtime` for at most ``budget`` ticks; a flow that runs out
+stops with a cursor that resumes it. keep's private compatibility names
+(compat-get-item, compat-find, compat-analyze: the client sends their YAML
+inline on every call) and ``prompt`` are answered by keepmem directly.
+
+Flow-level failures are answers, not HTTP errors: an unknown state, a doc
+that does not parse, a failed sub-flow come back with ``status: "error"``
+and the reason in ``data``; an action that refuses its input binds
+``{"error": ...}`` as in keep. A flow that ends in error leaves nothing
+behind (it runs in a savepoint that is then rolled back).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any
 
 from app.errors import AppError, MissingScope
-from app.flows import prompts, states
+from app.flows import prompts, runtime, statedoc, states
+from app.flows.host import KeepmemHost
 from app.flows.schemas import FlowRequest, FlowResult
-from app.flows.states import FlowContext, Outcome
-from app.kit import storable
+from app.flows.states import FlowContext, Outcome, State
 from app.tenancy import WRITE
 
 RESUME_SENTINEL = "__cursor__"
 DEFAULT_BUDGET = 5
-# Inline state docs are recognised for keep's private compatibility names
-# (the client sends their YAML verbatim); any other inline doc is refused.
+MAX_BUDGET = 100
 COMPAT_STATES = {"compat-get-item", "compat-find", "compat-analyze"}
+COMPAT: dict[str, State] = {
+    "compat-get-item": states.get_item,
+    "compat-find": states.compat_find,
+    "compat-analyze": states.analyze,
+}
+
+
+class _Undone(Exception):
+    def __init__(self, ran: runtime.Run) -> None:
+        super().__init__(ran.status)
+        self.ran = ran
 
 
 def _error(state: str, data: dict[str, Any], *, ticks: int = 0) -> FlowResult:
@@ -41,20 +55,6 @@ def _budget(raw: int | str | None) -> int | None:
         return int(raw)
     except (TypeError, ValueError):
         return None
-
-
-def _cursor(state: str) -> str:
-    raw = json.dumps({"s": state, "t": 0}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _resume(token: str) -> str | None:
-    try:
-        raw = storable.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (ValueError, binascii.Error):  # InputRefused and UnicodeDecodeError are ValueErrors
-        return None
-    state = raw.get("s") if isinstance(raw, dict) else None
-    return state if isinstance(state, str) and state else None
 
 
 def _render(data: dict[str, Any] | None, token_budget: int) -> str:
@@ -82,41 +82,65 @@ def _render(data: dict[str, Any] | None, token_budget: int) -> str:
 async def run(ctx: FlowContext, request: FlowRequest) -> FlowResult:
     state = request.state.strip()
     token = request.cursor_token or request.cursor
-    if state in ("", RESUME_SENTINEL) and token:
-        # Resume from the cursor's own state. With a state named, the state
-        # runs afresh (each of keepmem's states finishes in one tick, and a
-        # cursor carries no params), whatever the cursor says.
-        resumed = _resume(token)
-        if resumed is None:
+    cursor = None
+    if token:
+        # A cursor resumes its own state, whether the call names it again
+        # or sends the CLI's sentinel; one that is not keepmem's resumes
+        # nothing (a named state then runs afresh).
+        cursor = runtime.decode_cursor(token)
+        if cursor is None and state in ("", RESUME_SENTINEL):
             return _error(state, {"reason": "invalid cursor"})
-        state = resumed
-    if not state:
+        state = cursor.state if cursor is not None else state
+    if not state or state == RESUME_SENTINEL:
         return _error(state, {"reason": "state is required"})
-    if request.state_doc_yaml and state not in COMPAT_STATES:
-        return _error(
-            state,
-            {
-                "reason": "inline state docs are not run by keepmem (only keep's compat-get-item, "
-                "compat-find and compat-analyze are recognised); use a named state"
-            },
-        )
-    handler = prompts.prompt if state == "prompt" else states.STATES.get(state)
-    if handler is None:
-        return _error(state, {"reason": f"state doc not found: {state}"})
-    if state in states.WRITE_STATES and not request.writable:
-        return _error(state, {"reason": f"state {state!r} writes, and this flow is read-only"})
-    if state in states.WRITE_STATES and WRITE not in ctx.scope.permissions:
-        raise MissingScope(f"state {state!r} writes: this API key lacks the 'write' scope")
     budget = _budget(request.budget)
     if budget is None:
         return _error(state, {"reason": "budget must be an integer"})
-    if budget < 1:
-        return FlowResult(
-            status="stopped", data={"reason": "budget", "results": []}, cursor=_cursor(state)
-        )
     params = {**states.DEFAULT_PARAMS, **(request.params or {})}
+    if state in COMPAT or state == "prompt":
+        return await _direct(ctx, request, state, params, budget)
+    inline = {}
+    if request.state_doc_yaml:
+        try:
+            inline[state] = statedoc.parse(state, request.state_doc_yaml)
+        except statedoc.StateDocError as exc:
+            return _error(state, {"reason": f"inline state doc: {exc}"})
+    budget = min(budget, MAX_BUDGET)
+    host = KeepmemHost(ctx, writable=request.writable, inline=inline)
     try:
-        # A savepoint: a state that fails part-way leaves nothing behind.
+        async with ctx.session.begin_nested():
+            ran = await runtime.run(host, state, params, budget, cursor=cursor)
+            if ran.status == "error":
+                raise _Undone(ran)  # leaving the savepoint by an error rolls it back
+    except _Undone as undone:
+        ran = undone.ran
+    result = FlowResult(
+        status=ran.status,
+        bindings=ran.bindings,
+        data=ran.data,
+        ticks=ran.ticks,
+        history=ran.history,
+        cursor=ran.cursor,
+        tried_queries=ran.tried_queries,
+    )
+    if request.token_budget:
+        result.rendered = _render(ran.data, request.token_budget)
+    return result
+
+
+async def _direct(
+    ctx: FlowContext, request: FlowRequest, state: str, params: dict[str, Any], budget: int
+) -> FlowResult:
+    """keep's compatibility states and ``prompt``, in one tick."""
+    handler: State = prompts.prompt if state == "prompt" else COMPAT[state]
+    if state == "compat-analyze" and not request.writable:
+        return _error(state, {"reason": f"state {state!r} writes, and this flow is read-only"})
+    if state == "compat-analyze" and WRITE not in ctx.scope.permissions:
+        raise MissingScope(f"state {state!r} writes: this API key lacks the 'write' scope")
+    if budget < 1:
+        cursor = runtime.encode_cursor(runtime.Cursor(state))
+        return FlowResult(status="stopped", data={"reason": "budget", "results": []}, cursor=cursor)
+    try:
         async with ctx.session.begin_nested():
             outcome: Outcome = await handler(ctx, params)
     except AppError as exc:

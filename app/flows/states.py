@@ -1,10 +1,7 @@
-"""keep's named flow states, each a call to the notes and search services the
-REST routes use (no second put, tag or find), returning the binding keys
-keep's clients read (KEEP_PROTOCOL §4.1, §4.2).
-
-A state returns :class:`Outcome`; ``flows.service`` wraps it in the
-FlowResult envelope, checks ``writable`` and turns service errors into
-``status: "error"``.
+"""keep's compatibility states (compat-get-item, compat-find,
+compat-analyze) and the pieces the flow actions share: each a call to the
+notes and search services the REST routes use (no second put, tag or find),
+returning the binding keys keep's clients read (KEEP_PROTOCOL §4.1, §4.2).
 """
 
 from __future__ import annotations
@@ -152,66 +149,6 @@ async def put(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     return Outcome(bindings={"stored": stored})
 
 
-async def stub(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    """A note made by an agent ahead of its content (keep's ``stub``): kept as
-    given, with whatever text it has (none is fine)."""
-    note_id = _note_id(params, "id")
-    content = _text(params, "content") or _text(params, "summary") or ""
-    if not content:
-        existing = await _maybe_get(ctx, note_id)
-        if existing is not None:
-            return Outcome(bindings={"stored": item(existing) | {"changed": False}})
-        content = f"{note_id} (stub)"
-    view = await notes.put(
-        ctx.session,
-        ctx.scope,
-        data=notes.PutInput(
-            content=content,
-            id=note_id,
-            summary=_text(params, "summary"),
-            tags=_tags(params),
-            created_at=_text(params, "created_at"),
-        ),
-        limits=ctx.limits,
-    )
-    return Outcome(bindings={"stored": item(view) | {"changed": view.changed}})
-
-
-async def tag(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    note_id = _note_id(params, "id", "item_id")
-    set_tags, remove = _tags(params), params.get("remove")
-    remove_values = _tags(params, "remove_values")
-    if not (set_tags or remove or remove_values):
-        return Outcome(
-            bindings={"tagged": {"skipped": True, "reason": "no tag mutations provided"}}
-        )
-    if remove is not None and not isinstance(remove, list):
-        remove = [remove]
-    view = await notes.tag(
-        ctx.session,
-        ctx.scope,
-        raw_id=note_id,
-        set_tags=set_tags,
-        remove=remove,
-        remove_values=remove_values,
-    )
-    shown = item(view)
-    return Outcome(bindings={"tagged": {"count": 1, "ids": [view.id], **shown, "items": [shown]}})
-
-
-async def delete(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    result = await notes.delete(
-        ctx.session,
-        ctx.scope,
-        raw_id=_note_id(params, "id", "item_id"),
-        delete_versions=_flag(params, "delete_versions", True),
-    )
-    out: dict[str, Any] = {"deleted": result.deleted}
-    if result.reverted and result.item is not None:
-        out |= {"reverted": True, "item": item(result.item)}
-    return Outcome(bindings={"result": out})
-
-
 async def move(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     view = await notes.move(
         ctx.session,
@@ -252,73 +189,6 @@ async def get_item(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     return Outcome(bindings={"item": shown}, data={"item": shown})
 
 
-async def get_context(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    """``get``: the note with similar notes, parts, meta and edges."""
-    note_id = _note_id(params, "item_id", "id")
-    found = await _maybe_get(ctx, note_id)
-    if found is None:
-        return Outcome(bindings={"item": {}})
-    similar: list[dict[str, Any]] = []
-    if (similar_limit := _int(params, "similar_limit", 3, high=100)) > 0:
-        with_vector = await _find(ctx, search.FindInput(similar_to=found.id, limit=similar_limit))
-        similar = [item(v, score=round(s, 4)) for v, s in with_vector.items]
-    parts: list[dict[str, Any]] = []
-    if (parts_limit := _int(params, "parts_limit", 5, high=1000)) > 0:
-        for p in (await notes.parts(ctx.session, ctx.scope, raw_id=found.id))[:parts_limit]:
-            num = p.tags.get("_part_num", "")
-            parts.append({"id": f"{found.id}@p{num}", "summary": p.summary, "tags": p.tags,
-                          "score": None})  # fmt: skip
-    bindings: dict[str, Any] = {
-        "item": item(found),
-        "similar": results(similar),
-        "parts": {k: v for k, v in results(parts).items() if k != "deep_groups"},
-        "meta": await _meta(ctx, found.id, _int(params, "meta_limit", 3, high=100)),
-        "edges": await _edges(ctx, found.id, _int(params, "edges_limit", 5, high=100)),
-    }
-    if query := _text(params, "query"):
-        hits = await _find(ctx, search.FindInput(query=query, limit=_int(params, "limit", 10)))
-        bindings["find_results"] = results([item(v, score=round(s, 4)) for v, s in hits.items])
-    return Outcome(bindings=bindings)
-
-
-# keep's meta sections (the project's .meta/* notes say what they hold): open
-# loops and recorded lessons, shown beside the note in view.
-META_SECTIONS: dict[str, list[dict[str, str]]] = {
-    "todo": [{"act": "commitment", "status": "open"}, {"act": "request", "status": "open"}],
-    "learnings": [{"type": "learning"}],
-}
-
-
-async def meta_sections(ctx: FlowContext, note_id: str, limit: int) -> dict[str, list[ItemView]]:
-    """Each meta section's notes (newest first, at most ``limit``), the note
-    in view left out; empty sections are left out."""
-    out: dict[str, list[ItemView]] = {}
-    if limit <= 0:
-        return out
-    for name, filters in META_SECTIONS.items():
-        found: dict[str, ItemView] = {}
-        for tags in filters:
-            listed = await notes.list_notes(
-                ctx.session,
-                ctx.scope,
-                query=notes.ListInput(tags=tags, limit=limit + 1),
-                limits=ctx.limits,
-            )
-            found |= {v.id: v for v in listed.items if v.id != note_id}
-        if found:
-            ordered = sorted(found.values(), key=lambda v: v.updated_at, reverse=True)
-            out[name] = ordered[:limit]
-    return out
-
-
-async def _meta(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
-    sections = {
-        name: [item(v, score=None) for v in views]
-        for name, views in (await meta_sections(ctx, note_id, limit)).items()
-    }
-    return {"sections": sections, "count": sum(len(v) for v in sections.values())}
-
-
 async def _edges(ctx: FlowContext, note_id: str, limit: int) -> dict[str, Any]:
     """keep's ``edges`` binding: notes pointing here, by inverse verb."""
     if limit <= 0:
@@ -341,25 +211,6 @@ async def _find(ctx: FlowContext, data: search.FindInput) -> search.SearchResult
         )
     except NotEmbeddedYet:
         return search.SearchResult(items=[], pending_embedding=1, mode="similar")
-
-
-async def list_versions(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    """A note's archived versions, newest first (none for a missing note, as
-    keep answers: the CLI has already said "Not found" from ``get``)."""
-    try:
-        entries, total = await notes.versions(
-            ctx.session,
-            ctx.scope,
-            raw_id=_note_id(params, "item_id", "id"),
-            limit=_int(params, "limit", 10, low=1, high=1000),
-        )
-    except NotFound:
-        entries, total = [], 0
-    versions = {
-        "versions": [{"offset": e.offset, "summary": e.summary, "date": e.date} for e in entries],
-        "count": total,
-    }
-    return Outcome(bindings={"versions": versions})
 
 
 async def list_notes(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
@@ -437,64 +288,3 @@ async def compat_find(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     found = out.bindings["results"]
     out.data = {"items": found["results"], "deep_groups": found.get("deep_groups", {})}
     return out
-
-
-async def query_resolve(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    """What MCP agents are told to call: a hybrid find whose margin and
-    entropy say whether the top answer stands out (``resolved``) or the
-    question needs exploring (``ambiguous``: widen, add tags, or follow edges)."""
-    if not _text(params, "query"):
-        raise BadRequest("query-resolve needs params.query")
-    out = await find(ctx, params)
-    found = out.bindings["results"]
-    margin, entropy = found["margin"], found["entropy"]
-    if not found["results"]:
-        verdict = "empty"
-    elif (margin or 0) >= float(params["margin_high"]) or (entropy or 0) <= float(
-        params["entropy_low"]
-    ):
-        verdict = "resolved"
-    else:
-        verdict = "ambiguous"
-    out.data = {
-        "results": found["results"],
-        "margin": margin,
-        "entropy": entropy,
-        "resolution": verdict,
-    }
-    return out
-
-
-async def stats(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
-    listed = await notes.list_notes(
-        ctx.session,
-        ctx.scope,
-        query=notes.ListInput(prefix=".tag/", include_hidden=True, limit=ctx.limits.max_list_limit),
-        limits=ctx.limits,
-    )
-    counted = {
-        "notes": await notes.count(ctx.session, ctx.scope),
-        "tag_docs": len(listed.items),
-        "project": ctx.scope.project_slug,
-    }
-    return Outcome(bindings={"stats": counted})
-
-
-WRITE_STATES = {"put", "stub", "tag", "delete", "move", "compat-analyze"}
-
-STATES: dict[str, State] = {
-    "put": put,
-    "stub": stub,
-    "tag": tag,
-    "delete": delete,
-    "move": move,
-    "get": get_context,
-    "list": list_notes,
-    "list_versions": list_versions,
-    "find": find,
-    "query-resolve": query_resolve,
-    "stats": stats,
-    "compat-get-item": get_item,
-    "compat-find": compat_find,
-    "compat-analyze": analyze,
-}

@@ -1,0 +1,217 @@
+"""keep's state-doc language run by keepmem: the named flows keep ships
+(seeded into every project), budgets that stop with a cursor and cursors
+that resume, a project's own flows and fragments, meta docs, prompts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.flows import statedoc
+from app.flows.runtime import Cursor, decode_cursor, encode_cursor
+from tests.test_pipeline import run_all
+
+NOTES = {
+    "pasta": "Carbonara needs eggs, pecorino, guanciale and black pepper.",
+    "bread": "Sourdough bread rises slowly overnight with a starter.",
+    "rust": "The borrow checker in Rust enforces ownership of memory.",
+    "harbour": "The harbour ferry leaves at nine every morning.",
+}
+
+
+async def _flow(client, tenant, state: str, params: dict[str, Any], **extra: Any) -> dict:
+    body = {"state": state, "params": params, **extra}
+    r = await client.post("/v1/flow", json=body, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def _put(client, tenant, note_id: str, content: str, **tags: Any) -> None:
+    body = {"id": note_id, "content": content, "tags": tags}
+    r = await client.post("/v1/notes", json=body, headers=tenant.headers)
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+async def stocked(client, tenant, make_pipeline):
+    for note_id, content in NOTES.items():
+        await _put(
+            client, tenant, note_id, content, topic="food" if note_id in "pasta bread" else "x"
+        )
+    await run_all(make_pipeline(), client, tenant)
+    return tenant
+
+
+# -- the language --------------------------------------------------------------------------
+
+
+def test_a_doc_that_cannot_run_is_refused_with_where() -> None:
+    with pytest.raises(statedoc.StateDocError, match="match must be"):
+        statedoc.parse("x", "match: maybe\nrules: []")
+    with pytest.raises(statedoc.StateDocError, match="does not compile"):
+        statedoc.parse("x", "match: all\nrules:\n  - when: 'a ==='\n    do: find")
+    with pytest.raises(statedoc.StateDocError, match="not YAML"):
+        statedoc.parse("x", "match: [")
+
+
+def test_templates_keep_types_and_interpolate() -> None:
+    ctx = {"params": {"limit": 5, "q": "boats"}, "search": {"results": [{"id": "a"}]}}
+    assert statedoc.resolve("{params.limit}", ctx) == 5
+    assert statedoc.resolve("about {params.q}!", ctx) == "about boats!"
+    assert statedoc.resolve({"items": "{search.results}"}, ctx) == {"items": [{"id": "a"}]}
+    assert statedoc.resolve("{params.missing}", ctx) is None
+    # CEL, as keep runs it: a missing key or a type mismatch is false, not a crash
+    assert statedoc.holds("has(params.q) && params.q != ''", ctx)
+    assert not statedoc.holds("params.missing > 1", ctx)
+    assert not statedoc.holds("search.margin > 0.5", {"search": {"margin": None}})
+
+
+def test_fragments_go_where_their_order_says() -> None:
+    base = statedoc.parse("b", "match: sequence\nrules:\n  - id: one\n  - id: two\n")
+    frags = [
+        statedoc.parse_fragment("a", "order: before:two\nrules:\n  - id: mid\n"),
+        statedoc.parse_fragment("z", "order: before\nrules:\n  - id: first\n"),
+        statedoc.parse_fragment("m", "rules:\n  - id: last\n"),
+    ]
+    merged = statedoc.merged(base, frags)
+    assert [r.id for r in merged.rules] == ["first", "one", "mid", "two", "last"]
+
+
+def test_a_cursor_round_trips_and_a_forged_one_is_refused() -> None:
+    token = encode_cursor(Cursor("query-explore", 3, {"search": {"results": [{"id": "a"}]}}))
+    back = decode_cursor(token)
+    assert back is not None and back.state == "query-explore" and back.ticks == 3
+    assert decode_cursor("%%%") is None and decode_cursor("") is None
+    assert decode_cursor(encode_cursor(Cursor("x", 0)) + "A" * 70_000) is None
+
+
+# -- keep's named flows ---------------------------------------------------------------------
+
+
+async def test_keeps_named_query_flows_answer(client, stocked) -> None:
+    for state in ("query-resolve", "query-explore", "query-branch", "find-deep", "memory-search"):
+        out = await _flow(client, stocked, state, {"query": "how do I make carbonara"})
+        assert out["status"] in ("done", "stopped"), (state, out)
+        found = [
+            r["id"]
+            for b in out["bindings"].values()
+            if isinstance(b, dict)
+            for r in b.get("results", [])
+        ]
+        assert "pasta" in found, (state, out["bindings"].keys())
+        assert out["tried_queries"] == ["how do I make carbonara"]
+    out = await _flow(client, stocked, "find-deep", {"query": ""})
+    assert out["status"] == "error" and out["data"]["reason"] == "query required"
+
+
+async def test_a_budget_stops_and_the_cursor_resumes(client, stocked) -> None:
+    """query-resolve hands an ambiguous question to query-branch: with one
+    tick the runtime stops between the two with a cursor; resuming runs
+    query-branch, which stops by its own rule when no budget is left."""
+    params = {"query": "morning", "margin_high": 2.0, "margin_low": 2.0}
+    stopped = await _flow(client, stocked, "query-resolve", params, budget=1)
+    assert stopped["status"] == "stopped" and stopped["cursor"], stopped
+    assert stopped["history"] == ["query-resolve"] and stopped["ticks"] == 1
+    assert stopped["data"]["reason"] == "budget" and stopped["data"]["results"]
+    assert decode_cursor(stopped["cursor"]).state == "query-branch"
+    resumed = await _flow(
+        client, stocked, "__cursor__", params, budget=1, cursor_token=stopped["cursor"]
+    )
+    assert resumed["history"] == ["query-branch"] and resumed["ticks"] == 2, resumed
+    assert resumed["status"] == "stopped" and resumed["data"] == {"reason": "ambiguous"}
+    # the bindings made before the stop come back with the resumed flow
+    assert {"search", "pivot1", "bridge"} <= set(resumed["bindings"])
+    # with budget to spare the same question runs on through keep's flows
+    wide = await _flow(client, stocked, "query-resolve", params, budget=5)
+    assert wide["history"][:2] == ["query-resolve", "query-branch"], wide
+    assert len(wide["history"]) > 2
+    # budget 0: nothing runs, and the cursor names the state to start
+    none = await _flow(client, stocked, "find-deep", {"query": "bread"}, budget=0)
+    assert none["status"] == "stopped" and none["ticks"] == 0
+    assert decode_cursor(none["cursor"]).state == "find-deep"
+
+
+async def test_a_project_adds_its_own_flow_and_fragment(client, stocked) -> None:
+    doc = (
+        "match: sequence\nrules:\n"
+        "  - id: hits\n    do: find\n    with: {query: '{params.query}', limit: 2}\n"
+        "  - when: 'hits.count == 0'\n    return: {status: done, with: {answer: nothing}}\n"
+        "  - then: {state: find-deep, with: {query: '{params.query}'}}\n"
+    )
+    await _put(client, stocked, ".state/recipes", doc)
+    out = await _flow(client, stocked, "recipes", {"query": "sourdough"})
+    assert out["status"] == "done" and out["history"] == ["recipes", "find-deep"], out
+    assert out["bindings"]["hits"]["results"][0]["id"] == "bread"
+    # a fragment of keep's get flow runs in its place, unless switched off
+    frag = "order: after:item\nrules:\n  - id: extra\n    do: find\n    with: {query: ferry}\n"
+    await _put(client, stocked, ".state/get/extra", frag)
+    got = await _flow(client, stocked, "get", {"item_id": "rust"})
+    assert got["bindings"]["extra"]["results"][0]["id"] == "harbour"
+    r = await client.patch(
+        "/v1/notes/.state%2Fget%2Fextra/tags",
+        json={"set": {"active": "false"}},
+        headers=stocked.headers,
+    )
+    assert r.status_code == 200, r.text
+    got = await _flow(client, stocked, "get", {"item_id": "rust"})
+    assert "extra" not in got["bindings"]
+    # a doc that does not parse says so as the flow's error
+    await _put(client, stocked, ".state/broken", "match: sometimes\nrules: []")
+    out = await _flow(client, stocked, "broken", {})
+    assert out["status"] == "error" and "match must be" in out["data"]["reason"]
+
+
+async def test_writes_in_a_read_only_flow_bind_an_error(client, stocked) -> None:
+    out = await _flow(client, stocked, "tag", {"id": "rust", "tags": {"a": "b"}}, writable=False)
+    assert out["status"] == "done" and "read-only" in out["bindings"]["tagged"]["error"]
+
+
+# -- meta docs and prompts ----------------------------------------------------------------
+
+
+async def test_a_project_meta_doc_is_a_context_section(client, stocked, make_pipeline) -> None:
+    doc = (
+        "match: all\nrules:\n  - id: risky\n    do: find\n"
+        "    with: {similar_to: '{params.item_id}', tags: {risk: high}, limit: '{params.limit}'}\n"
+    )
+    await _put(client, stocked, ".meta/risks", doc)
+    await _put(client, stocked, "flood", "The ferry pier floods at spring tide.", risk="high")
+    await _put(client, stocked, "hail", "Hail dents the bread van.", risk="high")
+    await run_all(make_pipeline(), client, stocked)
+    r = await client.get("/v1/notes/harbour/context", headers=stocked.headers)
+    # ranked by closeness to the note in view (the ferry), not by time
+    assert [n["id"] for n in r.json()["meta"]["risks"]] == ["flood", "hail"]
+    # keep's todo doc: an open commitment shows, a fulfilled one does not
+    await _put(client, stocked, "promise", "I will fix the ferry timetable.", act="commitment",
+               status="open")  # fmt: skip
+    r = await client.get("/v1/notes/harbour/context", headers=stocked.headers)
+    assert [n["id"] for n in r.json()["meta"]["todo"]] == ["promise"]
+
+
+async def test_prompts_fill_from_their_flow(client, stocked) -> None:
+    body = (
+        "# Mine\n\nA test prompt.\n\n## Prompt\n\n"
+        "Q: {text} ({since}..{until})\n{find}\nEdges: {edges|(none)}\n{{include:agent/footer}}"
+    )
+    r = await client.post(
+        "/v1/notes",
+        json={"id": ".prompt/agent/mine", "content": body, "tags": {"state": "get"}},
+        headers=stocked.headers,
+    )
+    assert r.status_code == 200
+    await _put(client, stocked, ".prompt/agent/footer", "## Prompt\n\nBe brief.")
+    out = await _flow(
+        client,
+        stocked,
+        "prompt",
+        {"name": "mine", "text": "sourdough", "since": "P7D", "until": "2030-01-01"},
+    )
+    text = out["data"]["text"]
+    assert text.startswith("Q: sourdough (P7D..2030-01-01)"), text
+    assert "- bread:" in text and "Edges: (none)" in text and text.endswith("Be brief.")
+    listed = await _flow(client, stocked, "prompt", {"list": True})
+    names = {p["name"] for p in listed["data"]["prompts"]}
+    # keep's ten agent prompts are seeded, and the project's own is listed too
+    assert {"reflect", "query", "session-start", "session-end", "conversation", "mine"} <= names
+    assert len(names) >= 11
