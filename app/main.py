@@ -40,6 +40,7 @@ from app.notes.router import router as notes_router
 from app.oauth.keyring import Keyring
 from app.oauth.router import protocol as oauth_protocol
 from app.oauth.router import router as oauth_router
+from app.project_settings.router import router as settings_router
 from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
@@ -219,6 +220,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(sessions_router)
     app.include_router(memories_router)
     app.include_router(projects_router)
+    app.include_router(settings_router)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

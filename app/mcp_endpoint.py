@@ -3,9 +3,10 @@ same tools, prompts and resources as ``keepmem-mcp``, so a remote agent needs
 no local proxy.
 
 Authentication is the tenant's API key as a bearer token (``X-Project``
-chooses the project). The tools are keepmem-client's, run against this very
-app in process (``httpx.ASGITransport``) with the caller's key, so they go
-through the same routes, rules, rate limit and error codes as any client.
+chooses the project; the prompts listed are that project's own). The tools
+are keepmem-client's, run against this very app in process
+(``httpx.ASGITransport``) with the caller's key, so they go through the same
+routes, rules, rate limit and error codes as any client.
 Needs the ``keepmem-client[mcp]`` distribution (``make install`` puts it in);
 without it ``/mcp`` answers 503 and says so.
 """
@@ -34,23 +35,15 @@ from app.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from app.flows import prompts
 from app.kit import storable
 from app.kit.ids import InvalidId, validate_project_slug
 from app.logs import Throttle
 from app.middleware import send_error
-from app.notes.system_docs import SYSTEM_DOCS
 from app.oauth import resource, tokens
 
 log = logging.getLogger("keepmem.mcp")
 
 PATH = "/mcp"
-# The prompts every project is seeded with (rendered per project on use).
-PROMPTS = [
-    {"name": doc.id.removeprefix(prompts.PREFIX), "summary": prompts.describe(doc.body)}
-    for doc in SYSTEM_DOCS
-    if doc.id.startswith(prompts.PREFIX)
-]
 
 _client: contextvars.ContextVar[Any] = contextvars.ContextVar("keepmem_mcp_client")
 
@@ -72,7 +65,8 @@ class McpEndpoint:
         # service's logging is its own, so it is put back as it was.
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
-        server = build(lambda: _client.get(), PROMPTS)
+        # Prompts are listed per request: each caller's project's own.
+        server = build(lambda: _client.get())
         root.setLevel(level)
         root.handlers[:] = handlers
         # The SDK logs a line (a traceback for a crash) per failed request:

@@ -422,6 +422,7 @@ LAYERS = [
     "ingest", "graph", "search", "retention", "events", "flows",
     "sessions",  # coding-agent sessions: hook events in, checkpoints and patterns out
     "memories",  # memory formation: messages in, memories out, reconciled by slot and time
+    "project_settings",  # a project's settings as one document: every domain's, audited
     "accounts",  # making tenants and projects: keys, seeded notes, usage
     "oauth", "erasure", "keepstore", "health",
     "pipeline",  # the worker's machinery: runs every domain's background work

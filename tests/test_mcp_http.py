@@ -54,6 +54,61 @@ async def test_remote_agent_over_streamable_http(live_url, tenant) -> None:
     assert r.status_code == 200
 
 
+MINE = "# Mine\n\nThe project's own prompt.\n\n## Prompt\n\nTell me about {text}."
+
+
+async def _session_prompts(live_url: str, headers: dict[str, str]) -> tuple[set[str], str]:
+    """The prompts /mcp lists for these credentials, and "mine" rendered
+    (or the error rendering it gave)."""
+    from mcp.shared.exceptions import MCPError
+
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{live_url}/mcp", http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        listed = {p.name: p for p in (await session.list_prompts()).prompts}
+        if "mine" in listed:
+            assert [a.name for a in listed["mine"].arguments or []] == ["text"]
+        try:
+            rendered = await session.get_prompt("mine", {"text": "tides"})
+        except MCPError as exc:
+            return set(listed), f"error: {exc.message}"
+        return set(listed), "".join(getattr(m.content, "text", "") for m in rendered.messages)
+
+
+async def test_a_projects_own_prompt_is_listed_for_its_callers_only(
+    live_url, tenant, other_tenant
+) -> None:
+    """/mcp lists the caller's project's prompts that carry an mcp_prompt
+    tag, per request: one a project adds is listed for its key at once,
+    not for another project's or another tenant's, and renders."""
+    mine = {**tenant.headers, "X-Project": "own-prompts"}
+    r = httpx.post(
+        f"{live_url}/v1/notes",
+        json={"id": ".prompt/agent/mine", "content": MINE, "tags": {"mcp_prompt": "text"}},
+        headers=mine,
+    )
+    assert r.status_code == 200, r.text
+    listed, text = await _session_prompts(live_url, mine)
+    assert {"mine", "reflect", "query"} <= listed
+    assert "Tell me about tides." in text
+    for headers in ({**tenant.headers, "X-Project": "elsewhere"}, other_tenant.headers):
+        listed, text = await _session_prompts(live_url, headers)
+        assert "mine" not in listed and "reflect" in listed
+        assert text.startswith("error:") and "mine" in text
+    # a prompt without the tag is the flow's, not MCP's
+    r = httpx.patch(
+        f"{live_url}/v1/notes/.prompt%2Fagent%2Fmine/tags",
+        json={"remove": ["mcp_prompt"]},
+        headers=mine,
+    )
+    assert r.status_code == 200 and "mcp_prompt" not in r.json()["tags"], r.text
+    listed, _ = await _session_prompts(live_url, mine)
+    assert "mine" not in listed and "reflect" in listed
+
+
 async def test_memories_over_mcp(live_url, tenant, client, make_pipeline) -> None:
     """remember without an id is a memory, reconciled (twice the same
     sentence leaves one memory); a conversation handed to add_messages

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -84,6 +85,45 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
         gone = await session.call_tool("forget", {"id": "ferry"})
         assert not _failed(gone)
         assert _failed(await session.call_tool("get", {"id": "ferry"}))
+
+
+async def test_a_projects_own_prompt_is_listed_as_soon_as_it_is_added(
+    live_url, tenant, other_tenant
+) -> None:
+    """The prompts are listed per request from the project's notes: one
+    added while the proxy runs (with an mcp_prompt tag naming its
+    arguments) is listed and renders; another tenant's proxy never lists it."""
+    import httpx
+    from mcp.shared.exceptions import MCPError
+
+    content = "# Mine\n\nThe project's own prompt.\n\n## Prompt\n\nTell me about {text}."
+    async with (
+        stdio_client(_params(live_url, tenant.key)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        before = {p.name for p in (await session.list_prompts()).prompts}
+        assert "reflect" in before and "mine" not in before
+        r = httpx.post(
+            f"{live_url}/v1/notes",
+            json={"id": ".prompt/agent/mine", "content": content, "tags": {"mcp_prompt": "text"}},
+            headers=tenant.project("agent"),
+        )
+        assert r.status_code == 200, r.text
+        listed = {p.name: p for p in (await session.list_prompts()).prompts}
+        assert [a.name for a in listed["mine"].arguments or []] == ["text"]
+        rendered = await session.get_prompt("mine", {"text": "tides"})
+        text = "".join(getattr(m.content, "text", "") for m in rendered.messages)
+        assert "Tell me about tides." in text
+    async with (
+        stdio_client(_params(live_url, other_tenant.key)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        theirs = {p.name for p in (await session.list_prompts()).prompts}
+        assert "reflect" in theirs and "mine" not in theirs
+        with pytest.raises(MCPError, match="mine"):
+            await session.get_prompt("mine", {"text": "tides"})
 
 
 async def test_an_agent_remembers_a_memory_once_and_reads_its_thread(live_url, tenant) -> None:

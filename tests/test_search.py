@@ -129,8 +129,8 @@ async def test_recency_decay_and_its_half_life(client, tenant, db) -> None:
     assert scores["new"] == 1.0
     bonus = ranking.RECENCY_WEIGHT / ranking.SCALE
     assert abs((scores["new"] - scores["old"]) - bonus / 2) < 1e-4
-    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
-        await s.execute(text("UPDATE projects SET settings = '{\"decay_half_life_days\": 0}'"))
+    r = await client.patch("/v1/settings", json={"decay_half_life_days": 0}, headers=tenant.headers)
+    assert r.status_code == 200, r.text
     body = await find(client, tenant, query="weekly design sync")
     scores = {n["id"]: n["score"] for n in body["notes"]}
     assert abs(scores["old"] - scores["new"]) < 1e-6  # decay off

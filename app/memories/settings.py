@@ -13,7 +13,8 @@ from app.tenants import service as tenants
 KEY = "memories"
 
 
-def _own(raw: Any) -> int | None:
+def own(raw: Any) -> int | None:
+    """The project's own budget in its ``memories`` settings (None: the server's)."""
     if isinstance(raw, dict):
         value = raw.get("llm_tokens_per_day")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -24,8 +25,8 @@ def _own(raw: Any) -> int | None:
 async def budget_of(session: AsyncSession, scope: Scope, server_budget: int) -> int:
     """The project's extraction tokens per UTC day: its own setting, never
     above the server's."""
-    own = _own((await tenants.project_settings(session, scope)).get(KEY))
-    return server_budget if own is None else min(own, server_budget)
+    mine = own((await tenants.project_settings(session, scope)).get(KEY))
+    return server_budget if mine is None else min(mine, server_budget)
 
 
 async def update(session: AsyncSession, scope: Scope, *, llm_tokens_per_day: int | None) -> None:

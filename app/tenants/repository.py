@@ -112,6 +112,16 @@ async def set_project_setting(session: AsyncSession, scope: Scope, *, key: str, 
     )
 
 
+async def clear_project_setting(session: AsyncSession, scope: Scope, *, key: str) -> None:
+    """Remove one key of the project's settings (its readers fall back to the
+    server's default)."""
+    await session.execute(
+        update(Project)
+        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
+        .values(settings=Project.settings.op("-")(literal(key, Text)))
+    )
+
+
 QUOTAS = ("quota_notes", "quota_bytes", "quota_requests_per_day", "quota_jobs_per_day")
 
 

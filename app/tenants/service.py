@@ -48,6 +48,11 @@ async def set_project_setting(session: AsyncSession, scope: Scope, *, key: str, 
     await repo.set_project_setting(session, scope, key=key, value=value)
 
 
+async def clear_project_setting(session: AsyncSession, scope: Scope, *, key: str) -> None:
+    """Remove one key of the project's settings: back to the server's default."""
+    await repo.clear_project_setting(session, scope, key=key)
+
+
 async def list_tenants(session: AsyncSession) -> Sequence[Tenant]:
     return await repo.list_tenants(session)
 

@@ -276,6 +276,15 @@ def set_session_settings(
     return Call("PUT", "/v1/sessions/settings", m.SessionSettings.model_validate, json=body)
 
 
+def settings() -> Call[m.ProjectSettings]:
+    return Call("GET", "/v1/settings", m.ProjectSettings.model_validate, idempotent=True)
+
+
+def update_settings(changes: Mapping[str, Any]) -> Call[m.ProjectSettings]:
+    # Not cleaned: a setting given as None is sent as null (the server's default).
+    return Call("PATCH", "/v1/settings", m.ProjectSettings.model_validate, json=dict(changes))
+
+
 def collections() -> Call[list[m.Collection]]:
     def read(body: Any) -> list[m.Collection]:
         return [m.Collection.model_validate(c) for c in body["collections"]]

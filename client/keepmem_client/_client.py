@@ -202,6 +202,17 @@ class Keepmem(SyncBase, Sessions, Memories):
         """Run a keep flow state (``put``, ``query-resolve``, ``prompt`` ...)."""
         return self._run(calls.flow(state, params, **extra))
 
+    def settings(self) -> m.ProjectSettings:
+        """The project's settings (sanitize, decay_half_life_days, auto_tag,
+        sessions, memories), the server's defaults filled in."""
+        return self._run(calls.settings())
+
+    def update_settings(self, **changes: Any) -> m.ProjectSettings:
+        """Change the settings named (an admin key); None puts a setting back
+        to the server's default. ``sessions`` and ``memories`` take dicts of
+        the fields to change. Returns every setting."""
+        return self._run(calls.update_settings(changes))
+
 
 class AsyncKeepmem(AsyncSessions, AsyncMemories):
     """``Keepmem`` for asyncio: the same methods, awaited (``list`` and
@@ -348,3 +359,9 @@ class AsyncKeepmem(AsyncSessions, AsyncMemories):
         self, state: str, params: Mapping[str, Any] | None = None, **extra: Any
     ) -> dict[str, Any]:
         return await self._run(calls.flow(state, params, **extra))
+
+    async def settings(self) -> m.ProjectSettings:
+        return await self._run(calls.settings())
+
+    async def update_settings(self, **changes: Any) -> m.ProjectSettings:
+        return await self._run(calls.update_settings(changes))

@@ -209,6 +209,17 @@ class SessionSettings(_Model):
     llm_tokens_per_day: int | None = None
 
 
+class ProjectSettings(_Model):
+    """Every setting of a project, the server's defaults filled in."""
+
+    project: str
+    sanitize: bool
+    decay_half_life_days: float
+    auto_tag: bool
+    sessions: SessionSettings
+    memories: dict[str, Any] = Field(default_factory=dict)
+
+
 class Collection(_Model):
     """A saved query."""
 

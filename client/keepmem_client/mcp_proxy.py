@@ -8,11 +8,14 @@ adding a copy; with an ``id``, a note), recall, get, context, timeline, tag,
 forget, versions; for conversations and what is believed: add_messages,
 memories, memory, thread_context; for coding-agent sessions: sessions,
 session_timeline, session_patterns, resume_context.
-Prompts: the project's prompt notes (``.prompt/agent/*``), rendered by
-keepmem. Resources: ``keepmem://now`` and ``keepmem://{id}``. A failed call
-is an MCP tool error carrying keepmem's message, never a result that looks
-like success; a failed resource read is a protocol error with keepmem's
-message (a missing note: the SDK's resource-not-found error).
+Prompts: the project's own prompt notes (``.prompt/agent/*`` with an
+``mcp_prompt`` tag naming their arguments), listed afresh on every request
+(a prompt a project adds or edits is served at once, and each caller sees
+its own project's) and rendered by keepmem's ``prompt`` flow. Resources:
+``keepmem://now`` and ``keepmem://{id}``. A failed call is an MCP tool error
+carrying keepmem's message, never a result that looks like success; a failed
+resource read or prompt is a protocol error with keepmem's message (a missing
+note: the SDK's resource-not-found error).
 """
 
 from __future__ import annotations
@@ -60,14 +63,27 @@ def _text(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[str, Any]]) -> Any:
+def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem]) -> Any:
     """The MCP server over a keepmem client (or a function giving the client
-    of the request being served); ``prompts`` as the project lists them."""
+    of the request being served: then every request lists and renders the
+    prompts of its own caller's project)."""
     km = _Lazy(client)
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 
-    server = MCPServer("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
+    class Server(MCPServer):
+        """Prompts are the project's notes, so they are asked for when
+        listed or rendered rather than registered once."""
+
+        async def list_prompts(self) -> list[Any]:
+            return await _list_prompts(km)
+
+        async def get_prompt(
+            self, name: str, arguments: dict[str, Any] | None = None, context: Any = None
+        ) -> Any:
+            return await _get_prompt(km, name, arguments or {})
+
+    server = Server("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
     async def call(coro: Any, *, prose: bool = False) -> str:
         try:
@@ -249,8 +265,6 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], prompts: list[dict[
     async def note(id: str) -> str:
         return await read(_dump(km.get(id)))
 
-    for entry in prompts:
-        _add_prompt(server, km, entry)
     return server
 
 
@@ -274,25 +288,86 @@ async def _dump_all(coro: Any) -> list[Any]:
     return [v.model_dump() for v in await coro]
 
 
-def _add_prompt(server: Any, km: Any, entry: dict[str, Any]) -> None:
-    name = str(entry["name"])
+# What the arguments keep's prompts declare mean (a project's own may name others).
+ARGUMENTS = {
+    "text": "The question or text the prompt is about.",
+    "id": "The note in view (default: now).",
+    "since": "Only what changed since then (ISO-8601 or a duration such as P7D).",
+    "until": "Only what changed before then (ISO-8601 or a duration).",
+    "token_budget": "At most this many tokens of context (a whole number).",
+}
+_RESERVED = ("name", "list")  # the prompt flow's own parameters
 
-    async def render(text: str = "", id: str = "", since: str = "") -> str:
-        params = {"name": name, "text": text, "id": id or None, "since": since or None}
-        result = await km.flow("prompt", params)
-        if result.get("status") != "done":
-            raise ValueError((result.get("data") or {}).get("error") or "prompt failed")
-        return str(result["data"]["text"])
 
-    server.prompt(name=name, description=str(entry.get("summary") or name))(render)
+def _refused(code: int, message: str) -> Exception:
+    from mcp.shared.exceptions import MCPError
+
+    return MCPError(code, message)
+
+
+async def _prompt_flow(km: Any, params: dict[str, Any]) -> dict[str, Any]:
+    from mcp.types import INTERNAL_ERROR
+
+    try:
+        result: dict[str, Any] = await km.flow("prompt", params)
+    except KeepmemError as exc:  # keepmem's reason, as a protocol error
+        raise _refused(INTERNAL_ERROR, str(exc)) from exc
+    return result
+
+
+async def _list_prompts(km: Any) -> list[Any]:
+    """The caller's project's prompts that declare MCP arguments (the
+    ``mcp_prompt`` tag), as keep's own MCP server lists them."""
+    from mcp.types import Prompt, PromptArgument
+
+    listed = await _prompt_flow(km, {"list": True})
+    out = []
+    for entry in (listed.get("data") or {}).get("prompts") or []:
+        args = entry.get("mcp_arguments") if isinstance(entry, dict) else None
+        if not args or not isinstance(args, list):
+            continue
+        arguments = [
+            PromptArgument(name=arg, description=ARGUMENTS.get(arg), required=False)
+            for arg in args
+            if isinstance(arg, str) and arg
+        ]
+        name = str(entry.get("name") or "")
+        out.append(
+            Prompt(name=name, description=str(entry.get("summary") or name), arguments=arguments)
+        )
+    return out
+
+
+async def _get_prompt(km: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """One prompt of the caller's project, rendered by keepmem's ``prompt``
+    flow with the arguments given (empty ones left out)."""
+    from mcp.types import INVALID_PARAMS, GetPromptResult, PromptMessage, TextContent
+
+    params: dict[str, Any] = {"name": name}
+    for arg, value in arguments.items():
+        if arg in _RESERVED or value is None or value == "":
+            continue
+        if arg == "token_budget":
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise _refused(INVALID_PARAMS, "token_budget must be a whole number") from None
+        params[arg] = value
+    result = await _prompt_flow(km, params)
+    data = result.get("data") or {}
+    text = data.get("text")
+    if result.get("status") == "error" or not isinstance(text, str):
+        raise _refused(INVALID_PARAMS, str(data.get("error") or f"prompt failed: {name}"))
+    message = PromptMessage(role="user", content=TextContent(type="text", text=text))
+    return GetPromptResult(messages=[message])
 
 
 async def serve(km: AsyncKeepmem) -> None:
-    try:
-        listed = await km.flow("prompt", {"list": True})
+    try:  # the key is checked before serving: an agent host shows why it failed
+        await km.flow("prompt", {"list": True})
     except AuthenticationError as exc:
         raise SystemExit(f"keepmem-mcp: the API key was refused: {exc.message}") from exc
-    server = build(km, list((listed.get("data") or {}).get("prompts") or []))
+    server = build(km)
     await server.run_stdio_async()
 
 
