@@ -20,6 +20,8 @@ class JobKind(StrEnum):
     SESSION_DIGEST = "session_digest"  # a coding-agent session's new events: observations,
     # patterns, checkpoints, the project's resume block
     MEMORY_EXTRACT = "memory_extract"  # a thread's new messages: memories, reconciled
+    AUTO_TAG = "auto_tag"  # the project's model picks a written note's constrained tags
+    # (queued after its embedding, when the project's settings say auto_tag)
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

@@ -25,6 +25,7 @@ from app.models import Note
 from app.notes import derived
 from app.notes import repository as notes
 from app.notes.repository import vectors
+from app.pipeline import autotag, prompt_docs
 from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
 from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
@@ -94,6 +95,10 @@ async def embed_batch(runs: list[JobRun], record_failure: Callable[..., Awaitabl
             kept.append(note)
         await derived.apply_vectors(session, scope, model=model, rows=rows)
         await _release(session, [r for r, _ in applied], kept)
+        written = [
+            n for (r, _), n in zip(applied, kept, strict=True) if r.job.kind == JobKind.EMBED
+        ]
+        await autotag.queue(session, scope, model=p.summarizer, written=written)
         for was_reused in (False, True):
             ids = [r.job.id for r, reuse in applied if reuse is was_reused]
             result = {"model": model, "dim": p.embedder.dim, "reused": was_reused}
@@ -109,30 +114,41 @@ async def embed_batch(runs: list[JobRun], record_failure: Callable[..., Awaitabl
 
 
 async def summarize(run: JobRun) -> None:
+    """The note's summary line, by the project's ``.prompt/summarize/*`` doc
+    when the model takes prompts (``app.pipeline.prompt_docs``)."""
     p = run.pipeline
+    Loaded = tuple[str, list[RelatedNote], prompt_docs.Chosen | None]
 
-    async def load(session: AsyncSession, note: Note) -> tuple[str, list[RelatedNote]]:
+    async def load(session: AsyncSession, note: Note) -> Loaded:
         if note.pending_content is None:
             raise PermanentError("content no longer held: put the note again to re-summarize")
         context = await _related(session, run, note) if p.summarizer.uses_context else []
-        return note.pending_content, context
+        chosen = await prompt_docs.for_model(session, run.scope, p.summarizer, "summarize", note)
+        return note.pending_content, context, chosen
 
-    async def compute(loaded: tuple[str, list[RelatedNote]]) -> tuple[str, list[str]]:
-        text, context = loaded
+    async def compute(loaded: Loaded) -> tuple[str, dict[str, Any]]:
+        text, context, chosen = loaded
         summary = await p.summarizer.summarize(
-            text, max_chars=p.settings.max_summary_length, context=context
+            text,
+            max_chars=p.settings.max_summary_length,
+            context=context,
+            system=chosen.text if chosen else None,
         )
-        return summary, [c.id for c in context]
+        return summary, {"context": [c.id for c in context], "prompt": _doc_id(chosen)}
 
     async def apply(
-        session: AsyncSession, note: Note, made: tuple[str, list[str]]
+        session: AsyncSession, note: Note, made: tuple[str, dict[str, Any]]
     ) -> dict[str, Any]:
-        summary, context_ids = made
+        summary, about = made
         await derived.apply_summary(session, run.scope, note=note, summary=summary)
         await _release(session, [run], [note])
-        return {"summarizer": getattr(p.summarizer, "name", "?"), "context": context_ids}
+        return {"summarizer": getattr(p.summarizer, "name", "?"), **about}
 
     await on_current_note(run, load=load, compute=compute, apply=apply)
+
+
+def _doc_id(chosen: prompt_docs.Chosen | None) -> str | None:
+    return chosen.doc_id if chosen else None
 
 
 async def _related(session: AsyncSession, run: JobRun, note: Note) -> list[RelatedNote]:
@@ -179,29 +195,37 @@ async def extract_graph(run: JobRun) -> None:
 
 
 async def analyze(run: JobRun) -> None:
-    """Split the note's text (held, or sent with the request) into parts."""
+    """Split the note's text (held, or sent with the request) into parts, each
+    summarised by the project's ``.prompt/analyze/*`` doc when the model takes
+    prompts (the split itself is offline)."""
     p = run.pipeline
     given = run.job.payload.get("content")
+    Loaded = tuple[str | None, prompt_docs.Chosen | None]
 
-    async def load(_: AsyncSession, note: Note) -> str | None:
-        return given if isinstance(given, str) else note.pending_content
+    async def load(session: AsyncSession, note: Note) -> Loaded:
+        text = given if isinstance(given, str) else note.pending_content
+        chosen = await prompt_docs.for_model(session, run.scope, p.summarizer, "analyze", note)
+        return text, chosen
 
-    async def compute(text: str | None) -> tuple[str, list[derived.NewPart]]:
+    async def compute(loaded: Loaded) -> tuple[str, list[derived.NewPart], str | None]:
+        text, chosen = loaded
         if text is None:
             raise PermanentError("content no longer held: send it with the analyze request")
         if len(text.strip()) < p.settings.analyze_min_chars:
             raise PermanentError(f"content too short to analyze ({len(text.strip())} characters)")
         chunks = split_parts(text, target_chars=p.settings.part_target_chars)
-        limit = p.settings.max_summary_length
-        summaries = [await p.summarizer.summarize(c, max_chars=limit) for c in chunks]
+        limit, system = p.settings.max_summary_length, chosen.text if chosen else None
+        summaries = [
+            await p.summarizer.summarize(c, max_chars=limit, system=system) for c in chunks
+        ]
         embedded = await p.embedder.embed_documents(chunks)
         made = zip(summaries, chunks, embedded, strict=True)
-        return text, [derived.NewPart(s, c, v) for s, c, v in made]
+        return text, [derived.NewPart(s, c, v) for s, c, v in made], _doc_id(chosen)
 
     async def apply(
-        session: AsyncSession, note: Note, made: tuple[str, list[derived.NewPart]]
+        session: AsyncSession, note: Note, made: tuple[str, list[derived.NewPart], str | None]
     ) -> dict[str, Any]:
-        text, parts = made
+        text, parts, doc_id = made
         count = await derived.replace_parts(
             session,
             run.scope,
@@ -211,9 +235,25 @@ async def analyze(run: JobRun) -> None:
             model=p.embedder.model_id,
         )
         await _release(session, [run], [note])
-        return {"parts": count}
+        return {"parts": count, "prompt": doc_id}
 
     await on_current_note(run, load=load, compute=compute, apply=apply, same_content=given is None)
+
+
+async def auto_tag(run: JobRun) -> None:
+    """The project's model picks the note's constrained tags (``app.pipeline.autotag``)."""
+    model = run.pipeline.summarizer
+
+    async def load(session: AsyncSession, note: Note) -> autotag.Ask | str:
+        return await autotag.prepare(session, run.scope, model=model, note=note)
+
+    async def compute(ask: autotag.Ask | str) -> autotag.Answer | str:
+        return await autotag.classify(model, ask)
+
+    async def apply(session: AsyncSession, note: Note, got: autotag.Answer | str) -> dict[str, Any]:
+        return await autotag.write(session, run.scope, note=note, answer=got)
+
+    await on_current_note(run, load=load, compute=compute, apply=apply)
 
 
 # -- work that is not a note's -------------------------------------------------------
@@ -455,4 +495,5 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.EXTRACT_GRAPH: _one(extract_graph),
     JobKind.SESSION_DIGEST: _one(session_digest),
     JobKind.MEMORY_EXTRACT: _one(memory_extract),
+    JobKind.AUTO_TAG: _one(auto_tag),
 }

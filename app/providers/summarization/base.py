@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from app.providers.registry import Registry
+
+if TYPE_CHECKING:
+    from app.providers.http import Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +28,28 @@ class Summarizer(Protocol):
     uses_context: bool
 
     async def summarize(
-        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
-    ) -> str: ...
+        self,
+        text: str,
+        *,
+        max_chars: int,
+        context: Sequence[RelatedNote] = (),
+        system: str | None = None,
+    ) -> str:
+        """The note's summary line. ``system``: the project's own prompt (its
+        ``.prompt/summarize/*`` doc) in place of the built-in one; offline
+        summarizers have no prompt and ignore it."""
+        ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A summarizer that is a hosted chat model: it answers any system and
+    user message, so the pipeline can also ask it to classify a note
+    (auto-tagging). Offline summarizers are not chat models."""
+
+    async def generate(self, system: str, user: str, *, max_tokens: int) -> Reply: ...
 
 
 registry: Registry[Summarizer] = Registry("summarization")

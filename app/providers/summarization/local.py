@@ -50,7 +50,12 @@ class Passthrough(_Local):
     name = "passthrough"
 
     async def summarize(
-        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
+        self,
+        text: str,
+        *,
+        max_chars: int,
+        context: Sequence[RelatedNote] = (),
+        system: str | None = None,
     ) -> str:
         return text if len(text) <= max_chars else cut(text, max_chars)
 
@@ -59,7 +64,12 @@ class Truncate(_Local):
     name = "truncate"
 
     async def summarize(
-        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
+        self,
+        text: str,
+        *,
+        max_chars: int,
+        context: Sequence[RelatedNote] = (),
+        system: str | None = None,
     ) -> str:
         return cut(text, max_chars)
 
@@ -75,7 +85,12 @@ class FirstParagraph(_Local):
     name = "first_paragraph"
 
     async def summarize(
-        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
+        self,
+        text: str,
+        *,
+        max_chars: int,
+        context: Sequence[RelatedNote] = (),
+        system: str | None = None,
     ) -> str:
         for block in re.split(r"\n\s*\n", _strip_markup(text)):
             if len(block.split()) >= 4:
@@ -103,7 +118,12 @@ class Extractive(_Local):
     name = "extractive"
 
     async def summarize(
-        self, text: str, *, max_chars: int, context: Sequence[RelatedNote] = ()
+        self,
+        text: str,
+        *,
+        max_chars: int,
+        context: Sequence[RelatedNote] = (),
+        system: str | None = None,
     ) -> str:
         found = sentences(text)
         if not found:
