@@ -10,10 +10,11 @@ import * as live from "./views/live.js";
 import * as memories from "./views/memories.js";
 import * as note from "./views/note.js";
 import * as notes from "./views/notes.js";
+import * as project from "./views/project.js";
 import * as search from "./views/search.js";
 import * as sessions from "./views/sessions.js";
 
-const VIEWS = { notes, note, search, graph, memories, sessions, jobs, live, admin };
+const VIEWS = { notes, note, search, graph, memories, sessions, jobs, live, project, admin };
 const NAV = [
   ["notes", "Notes"],
   ["search", "Search"],
@@ -22,6 +23,7 @@ const NAV = [
   ["sessions", "Sessions"],
   ["jobs", "Jobs"],
   ["live", "Live"],
+  ["project", "Project"],
   ["admin", "Admin"],
 ];
 

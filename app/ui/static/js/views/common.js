@@ -1,6 +1,7 @@
-// Pieces several views share: tag filters typed as text, a note's row.
+// Pieces several views share: tag filters typed as text, a note's row, an
+// error shown beside its form.
 
-import { h, link, tagList, when } from "../dom.js";
+import { h, link, replace, tagList, when } from "../dom.js";
 
 // Previous / next buttons over a cursor-paged list: ``cursors`` is the
 // stack of cursors of the pages before, ``current`` this page's cursor.
@@ -43,4 +44,22 @@ export function noteRow(note, extra = []) {
     h("td", { class: "when" }, when(note.updated_at)),
     extra,
   );
+}
+
+// A refusal shown beside the form that caused it: the page's alert sits at
+// the top, out of view of a form further down.
+export function formError(id) {
+  const el = h("p", { id, role: "alert", class: "error form-error", hidden: true });
+  return {
+    el,
+    show(err) {
+      replace(el, `${err.message}${err.requestId ? ` (request ${err.requestId})` : ""}`);
+      el.hidden = false;
+      el.scrollIntoView({ block: "nearest" });
+    },
+    clear() {
+      replace(el);
+      el.hidden = true;
+    },
+  };
 }

@@ -1,9 +1,11 @@
 // One note: summary, tags (editable with the write scope), versions with a
-// diff between any two, parts, entities and relations, pending work.
+// diff between any two, parts, entities and relations, pending work; with
+// the write scope, a new version of its text, or deleting it.
 
 import { api, noteUrl } from "../api.js";
 import { field, h, input, link, replace, table, when } from "../dom.js";
 import { diffView } from "./diff.js";
+import { noteEditor } from "./noteedit.js";
 
 function tagEditor(note, ctx, reload) {
   const rows = [];
@@ -137,10 +139,25 @@ function pending(note, jobs) {
   );
 }
 
+// The live listener of the page shown: a reload after the page's own write
+// replaces it, so that write is not announced as a change from elsewhere.
+let listening = null;
+
 export async function render(main, params, ctx) {
   const id = params.id;
   if (!id) throw new Error("no note id");
+  if (listening) listening();
+  listening = null;
   const reload = () => render(main, params, ctx);
+  const deleted = () => {
+    if (listening) listening();
+    replace(
+      main,
+      h("h1", { class: "note-id" }, id),
+      h("p", { id: "deleted", role: "status" }, `Note ${id} was deleted with its history.`),
+      link("Back to the notes", "notes"),
+    );
+  };
   const note = await api("GET", noteUrl(id));
   const base = id.includes("@") ? null : id;
   const [history, partList, graph, jobs] = base
@@ -164,12 +181,31 @@ export async function render(main, params, ctx) {
     h("dl", { class: "meta" }, h("dt", {}, "Created"), h("dd", {}, when(note.created_at)), h("dt", {}, "Updated"), h("dd", {}, when(note.updated_at))),
     h("section", { "aria-labelledby": "summary-title" }, h("h2", { id: "summary-title" }, "Summary"), h("p", { class: "note-summary" }, note.summary)),
     base ? tagEditor(note, ctx, reload) : null,
+    base && ctx.can("write") ? noteEditor(note, ctx, { reload, deleted }) : null,
     base ? pending(note, jobs) : null,
     base ? versions(note, history) : null,
     base ? parts(partList) : null,
     base ? entities(graph) : null,
   );
-  return ctx.onEvent((event) => {
-    if (event.note_id === base && event.kind !== "embedding") ctx.notify("This note changed: reload to see it.");
+  const shown = JSON.stringify([note.summary, note.tags, note.updated_at]);
+  let active = true;
+  const off = ctx.onEvent(async (event) => {
+    if (event.note_id !== base || event.kind === "embedding") return;
+    if (event.kind === "delete") {
+      ctx.notify("This note was deleted elsewhere.");
+      return;
+    }
+    try {
+      const now = await api("GET", noteUrl(id));
+      if (JSON.stringify([now.summary, now.tags, now.updated_at]) === shown) return;
+    } catch {
+      // deleted, or out of reach: either way the page is stale
+    }
+    if (active) ctx.notify("This note changed: reload to see it.");
   });
+  listening = () => {
+    active = false;
+    off();
+  };
+  return listening;
 }

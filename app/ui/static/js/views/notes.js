@@ -1,9 +1,11 @@
-// Notes: filters (id prefix, tags, since / until), cursor paging, and new
-// writes arriving live at the top of the first page.
+// Notes: filters (id prefix, tags, since / until), cursor paging, new
+// writes arriving live at the top of the first page, and (write keys) a
+// form for a new note.
 
 import { api } from "../api.js";
 import { checkbox, field, h, input, replace, select, table } from "../dom.js";
 import { noteRow, pagerButtons, tagQuery } from "./common.js";
+import { newNoteForm } from "./noteedit.js";
 
 const HEADERS = ["Id", "Summary", "Tags", "Updated"];
 
@@ -65,7 +67,8 @@ export async function render(main, params, ctx) {
     replace(pager, ...pagerButtons(cursors, current, page.next_cursor, load, ctx.fail));
   }
 
-  replace(main, h("h1", {}, "Notes"), form, count, list, pager);
+  const create = ctx.can("write") ? newNoteForm(ctx) : null;
+  replace(main, h("h1", {}, "Notes"), create, form, count, list, pager);
   await load(null);
 
   const filtered = ["prefix", "tags", "since", "until", "order_by"].some((k) => params[k]);
