@@ -73,48 +73,38 @@ def _result(view: ItemView, score: float | None = None) -> dict[str, Any]:
 # -- reads -------------------------------------------------------------------------------
 
 
-async def _similar_or_listed(ctx: FlowContext, data: search.FindInput) -> search.SearchResult:
-    """A find; ``similar_to`` a note that has no vector yet answers with the
-    notes its tags select, newest first (a fresh note's meta sections are
-    not empty while it waits for its embedding)."""
+async def _search(ctx: FlowContext, data: search.FindInput) -> search.SearchResult:
     try:
         return await search.find(
             ctx.session, ctx.scope, embedder=ctx.embedder, cache=ctx.cache, data=data
         )
     except NotEmbeddedYet:
-        if not data.similar_to or not data.tags:
-            return search.SearchResult(items=[], pending_embedding=1, mode="similar")
-    listed = await notes.list_notes(
-        ctx.session,
-        ctx.scope,
-        query=notes.ListInput(tags=data.tags, limit=data.limit + 1),
-        limits=ctx.limits,
-    )
-    views = [v for v in listed.items if v.id != data.similar_to][: data.limit]
-    return search.SearchResult(items=[(v, 0.0) for v in views], pending_embedding=1, mode="list")
+        return search.SearchResult(items=[], pending_embedding=1, mode="similar")
 
 
-async def _members(
-    ctx: FlowContext,
-    tags: dict[str, Any],
-    similar_to: str,
-    rows: list[tuple[ItemView, float | None]],
-    wanted: int,
+async def _closest_members(
+    ctx: FlowContext, data: search.FindInput, wanted: int
 ) -> list[tuple[ItemView, float | None]]:
-    """The notes a tag filter selects that closeness could not rank (no
-    vector yet), newest first, after those it ranked: the filter says which
-    notes belong (a meta section's open loops), closeness only their order."""
+    """``similar_to`` with a tag filter (a meta section's rule): the filter
+    says which notes belong, closeness only their order. The members are
+    read first (a filter nothing matches costs no vector search); those
+    closeness could not rank (no vector yet) follow the ranked, newest first."""
+    assert data.similar_to and data.tags
     listed = await notes.list_notes(
         ctx.session,
         ctx.scope,
-        query=notes.ListInput(tags=tags, limit=wanted + 1),
+        query=notes.ListInput(tags=data.tags, limit=wanted + 1),
         limits=ctx.limits,
     )
-    have = {v.id for v, _ in rows} | {similar_to}
-    more: list[tuple[ItemView, float | None]] = [
-        (v, None) for v in listed.items if v.id not in have
+    members = [v for v in listed.items if v.id != data.similar_to]
+    if not members:
+        return []
+    rows: list[tuple[ItemView, float | None]] = [
+        (v, s) for v, s in (await _search(ctx, data)).items
     ]
-    return more[: wanted - len(rows)]
+    have = {v.id for v, _ in rows}
+    rows += [(v, None) for v in members if v.id not in have]
+    return rows[:wanted]
 
 
 async def find(ctx: FlowContext, p: dict[str, Any]) -> dict[str, Any]:
@@ -162,13 +152,16 @@ async def find(ctx: FlowContext, p: dict[str, Any]) -> dict[str, Any]:
             deep_follow_depth=_int(p, "deep_follow_depth", 10, low=1, high=MAX_FOLLOW),
         )
         try:
-            hits = await _similar_or_listed(ctx, data)
+            if similar_to and tags:
+                rows = await _closest_members(ctx, data, wanted)
+            else:
+                hits = await _search(ctx, data)
+                rows = [(v, s) for v, s in hits.items]
+                groups = {
+                    base: [_result(v, s) for v, s in group] for base, group in hits.deep_groups
+                }
         except AppError as exc:
             raise _refuse(exc.message) from exc
-        rows = [(v, s) for v, s in hits.items]
-        if similar_to and tags and len(rows) < wanted:
-            rows += await _members(ctx, tags, similar_to, rows, wanted)
-        groups = {base: [_result(v, s) for v, s in group] for base, group in hits.deep_groups}
     else:
         try:
             listed = await notes.list_notes(
