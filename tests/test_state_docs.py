@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from app import tenancy
+from app.accounts import service as accounts
 from app.flows import statedoc
 from app.flows.runtime import Cursor, decode_cursor, encode_cursor
 from tests.test_pipeline import run_all
@@ -215,3 +217,21 @@ async def test_prompts_fill_from_their_flow(client, stocked) -> None:
     # keep's ten agent prompts are seeded, and the project's own is listed too
     assert {"reflect", "query", "session-start", "session-end", "conversation", "mine"} <= names
     assert len(names) >= 11
+
+
+async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(client, tenant, db) -> None:
+    """``keepmem migrate`` / ``keepmem up`` write keep's docs a project lacks
+    (a project made by an older keepmem) and leave the ones it edited."""
+    h = tenant.headers
+    r = await client.delete("/v1/notes/.state%2Ffind-deep", headers=h)
+    assert r.status_code == 200, r.text
+    await _put(client, tenant, ".meta/todo", "match: all\nrules: []")
+    async with tenancy.system_transaction(db) as session:
+        written = await accounts.seed_every_project(session)
+    assert written >= 1
+    back = await client.get("/v1/notes/.state%2Ffind-deep", headers=h)
+    assert back.status_code == 200 and "traverse" in back.json()["summary"]
+    todo = await client.get("/v1/notes/.meta%2Ftodo", headers=h)
+    assert todo.json()["summary"] == "match: all\nrules: []"
+    async with tenancy.system_transaction(db) as session:
+        assert await accounts.seed_every_project(session) == 0  # nothing left to add

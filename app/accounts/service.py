@@ -114,6 +114,19 @@ async def _make_project(
     return project, True
 
 
+async def seed_every_project(session: AsyncSession) -> int:
+    """keep's schema docs a project does not hold yet (a new keepmem or
+    keep-skill ships more), written into every project; a doc a project
+    holds is left as the project made it. Run by ``keepmem migrate`` and
+    ``keepmem up`` in a system transaction. Returns how many were written."""
+    written = 0
+    for tenant in await tenants.list_tenants(session):
+        for project in await tenants.list_projects(session, tenant_for_admin(tenant.id)):
+            scope = scope_for_project(project.tenant_id, project.id, project.slug)
+            written += await notes_service.seed_system_docs(session, scope)
+    return written
+
+
 async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:
     """A tenant's usage and quotas, for the operator."""
     await tenants.get_tenant(session, tenant_id)

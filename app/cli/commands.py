@@ -85,6 +85,18 @@ async def _create_tenant(settings: Settings, name: str) -> tuple[str, str]:
         await db.dispose()
 
 
+async def _seed_projects(settings: Settings) -> int:
+    from app.accounts import service
+    from app.db import Database
+
+    db = Database(settings.database_url or "", pgbouncer=settings.db_pgbouncer)
+    try:
+        async with tenancy.system_transaction(db) as session:
+            return await service.seed_every_project(session)
+    finally:
+        await db.dispose()
+
+
 async def _tenant_count(settings: Settings) -> int:
     from app.db import Database
     from app.tenants import service
@@ -161,6 +173,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         else:
             embedded = _Embedded(data_dir)
             settings = embedded.start_database(settings)
+        seeded = _run(lambda: _seed_projects(settings))
+        if seeded:
+            _eprint(f"keepmem: {seeded} schema docs added to existing projects")
         _eprint(f"keepmem: database ready ({time.monotonic() - t0:.1f}s)")
         if not settings.redis_url:
             redis = EmbeddedRedis(data_dir)
@@ -322,6 +337,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if settings.app_role_password is not None:
         migrate.set_app_login(url, settings.app_role, settings.app_role_password.get_secret_value())
     _eprint(f"keepmem: migrated to {args.revision}")
+    if settings.database_url and args.revision == "head":
+        seeded = _run(lambda: _seed_projects(settings))
+        _eprint(f"keepmem: {seeded} of keep's schema docs added to existing projects")
     return 0
 
 
