@@ -235,3 +235,12 @@ async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(client, tenant
     assert todo.json()["summary"] == "match: all\nrules: []"
     async with tenancy.system_transaction(db) as session:
         assert await accounts.seed_every_project(session) == 0  # nothing left to add
+
+
+async def test_what_one_request_may_run_is_bounded(client, tenant) -> None:
+    rules = "".join(f"  - id: r{i}\n    do: find\n    with: {{prefix: x}}\n" for i in range(201))
+    out = await _flow(client, tenant, "many", {}, state_doc_yaml="match: all\nrules:\n" + rules)
+    assert out["status"] == "error" and "at most 200 actions" in out["data"]["reason"], out
+    fewer = "".join(f"  - id: r{i}\n    do: find\n    with: {{prefix: x}}\n" for i in range(200))
+    out = await _flow(client, tenant, "many", {}, state_doc_yaml="match: all\nrules:\n" + fewer)
+    assert out["status"] == "done" and len(out["bindings"]) == 200

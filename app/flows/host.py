@@ -30,6 +30,19 @@ log = logging.getLogger("keepmem.flows")
 PREFIX = ".state/"
 META = ".meta/"
 MAX_META_DOCS = 50
+# Actions one request may run (its flow, sub-flows and meta docs together):
+# a doc is data a project writes, so what one call can cost is bounded.
+MAX_ACTIONS = 200
+
+
+class Spend:
+    def __init__(self, limit: int = MAX_ACTIONS) -> None:
+        self.left = limit
+
+    def take(self) -> None:
+        if self.left <= 0:
+            raise FlowFailed(f"a request runs at most {MAX_ACTIONS} actions")
+        self.left -= 1
 
 
 @functools.lru_cache(maxsize=1024)
@@ -70,11 +83,17 @@ def bundled(name: str) -> StateDoc | None:
 
 class KeepmemHost:
     def __init__(
-        self, ctx: FlowContext, *, writable: bool, inline: dict[str, StateDoc] | None = None
+        self,
+        ctx: FlowContext,
+        *,
+        writable: bool,
+        inline: dict[str, StateDoc] | None = None,
+        spend: Spend | None = None,
     ) -> None:
         self.ctx = ctx
         self.writable = writable
         self.inline = inline or {}
+        self.spend = spend or Spend()
 
     async def load(self, name: str) -> StateDoc | None:
         if name in self.inline:
@@ -94,6 +113,7 @@ class KeepmemHost:
         return name in actions.ASYNC
 
     async def act(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.spend.take()
         if name == "resolve_meta":
             return await self._meta(params)
         action = actions.ACTIONS.get(name)
@@ -119,12 +139,12 @@ class KeepmemHost:
     async def _meta(self, params: dict[str, Any]) -> dict[str, Any]:
         note_id = actions._id(params, "item_id", "id")
         limit = actions._int(params, "limit", 3, high=100)
-        found = await meta_sections(self.ctx, note_id, limit)
+        found = await meta_sections(self.ctx, note_id, limit, spend=self.spend)
         return {"sections": found, "count": sum(len(v) for v in found.values())}
 
 
 async def meta_sections(
-    ctx: FlowContext, note_id: str, limit: int
+    ctx: FlowContext, note_id: str, limit: int, *, spend: Spend | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """The meta sections of a note's context: each ``.meta/<name>`` note of
     the project is a state doc (usually ``find`` rules with ``similar_to`` the
@@ -150,6 +170,7 @@ async def meta_sections(
     params: dict[str, Any] = {k: v for k, v in viewed.tags.items() if not k.startswith("_")}
     params |= {"item_id": viewed.id, "limit": limit}
     out: dict[str, list[dict[str, Any]]] = {}
+    spend = spend or Spend()
     for doc_note in listed.items:
         name = doc_note.id.removeprefix(META)
         try:
@@ -162,7 +183,7 @@ async def meta_sections(
                 log.info("meta doc %s is not a state doc: %s", doc_note.id, exc)
                 continue
             doc = _parse(name, shipped.body)
-        host = KeepmemHost(ctx, writable=False, inline={name: doc})
+        host = KeepmemHost(ctx, writable=False, inline={name: doc}, spend=spend)
         ran = await runtime.run(host, name, params, 1)
         found = _found(ran.bindings, exclude=viewed.id)
         if found:
