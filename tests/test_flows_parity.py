@@ -24,10 +24,13 @@ other difference fails the case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,6 +167,30 @@ class MiniLMVendor(Vendor):
         return 200, {"object": "list", "model": body.get("model"), "data": data, "usage": usage}
 
 
+def _stop_keeps_processor(store: Path) -> None:
+    """keep's local Keeper starts background processors (``keep.daemon
+    --store <store>``) that outlive the driver: stop them, so no process is
+    left behind."""
+    mine = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"keep.daemon" in cmdline and str(store).encode() in cmdline:
+            mine.append(int(proc.name))
+    for pid in mine:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for pid in mine:
+        with contextlib.suppress(ProcessLookupError):
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)
+                time.sleep(0.1)
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def keep_answers(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every case on keep's own local store, in one subprocess."""
@@ -194,6 +221,7 @@ def keep_answers(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[
             timeout=180,
             check=False,
         )
+    _stop_keeps_processor(home / ".keep" / "store")
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-4000:])
     answers: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return answers
