@@ -335,13 +335,17 @@ async def test_unrelated_notes_written_together_do_not_lift_each_other(
     assert alice["score"] <= 0.2, alice
     assert alice["explain"]["neighbour"] == 0 and alice["explain"]["episode"] == 0
     # keep's query-resolve reads the scores as they are: one clear answer
+    # (its margin over the next clears margin_high) ends it at its first search
     r = await client.post(
         "/v1/flow",
         json={"state": "query-resolve", "params": {"query": "why did staging break?"}},
         headers=tenant.headers,
     )
     assert r.status_code == 200, r.text
-    assert r.json()["data"]["resolution"] == "resolved", r.json()["data"]
+    out = r.json()
+    assert out["status"] == "done" and out["history"] == ["query-resolve"], out
+    assert out["data"]["search"]["results"][0]["id"] == "staging"
+    assert out["data"]["search"]["margin"] > 0.15
 
 
 async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> None:

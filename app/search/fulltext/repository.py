@@ -96,7 +96,9 @@ def _lexemes(group: str) -> tuple[str, ...]:
 async def read_question(session: AsyncSession, scope: Scope, query: str) -> Terms | None:
     """The question's words and this project's counts of them, in one round trip.
 
-    Counts come from the worker's last recount (``term_stats``) where there is
+    Only the project's own notes count: its system notes (keep's schema docs,
+    hidden from find) would skew the lengths and word counts of a small
+    project. Counts come from the worker's last recount (``term_stats``) where there is
     one; a word missing from it is rarer than STATS_FLOOR and is counted here,
     up to that. Before the first recount everything is counted here."""
     row = (
@@ -114,14 +116,17 @@ async def read_question(session: AsyncSession, scope: Scope, query: str) -> Term
                   CAST(plainto_tsquery(CAST(:config AS regconfig), :q) AS text),
                   coalesce((SELECT term_stats_notes FROM p),
                            (SELECT count(*) FROM (SELECT 1 FROM notes
-                              WHERE tenant_id = :t AND project_id = :p LIMIT :cap) s)),
+                              WHERE tenant_id = :t AND project_id = :p
+                                AND left(id, 1) <> '.' LIMIT :cap) s)),
                   coalesce((SELECT term_stats_avgdl FROM p),
                            (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
-                              WHERE tenant_id = :t AND project_id = :p LIMIT :sample) s)),
+                              WHERE tenant_id = :t AND project_id = :p
+                                AND left(id, 1) <> '.' LIMIT :sample) s)),
                   array(SELECT word FROM w ORDER BY word),
                   array(SELECT coalesce(s.ndoc,
                            (SELECT count(*) FROM (SELECT 1 FROM notes
                               WHERE tenant_id = :t AND project_id = :p
+                                AND left(id, 1) <> '.'
                                 AND fts @@ to_tsquery('simple', quote_literal(w.word))
                               LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :cap
                                                  ELSE :floor END FROM p)) c))
@@ -314,9 +319,10 @@ async def _scored(
 
 async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:
     """Recount the document frequency of every lexeme in at least STATS_FLOOR of
-    the project's notes, marking those in more than ``min_notes`` as common,
-    and the project's size and average note length (all of its notes are
-    read: a background job). Returns how many words are common."""
+    the project's notes (not its system notes), marking those in more than
+    ``min_notes`` as common, and the project's size and average note length
+    (all of its notes are read: a background job). Returns how many words are
+    common."""
     await session.execute(
         delete(TermStat).where(
             TermStat.tenant_id == scope.tenant_id, TermStat.project_id == scope.project_id
@@ -327,6 +333,7 @@ async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: 
     inner = (
         "SELECT fts FROM notes WHERE tenant_id = "
         f"'{uuid.UUID(str(scope.tenant_id))}' AND project_id = '{uuid.UUID(str(scope.project_id))}'"
+        " AND left(id, 1) <> '.'"
     )
     await session.execute(
         text(
@@ -355,7 +362,9 @@ async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: 
     total, avgdl = (
         await session.execute(
             select(func.count(), func.avg(func.length(Note.fts))).where(
-                Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id
+                Note.tenant_id == scope.tenant_id,
+                Note.project_id == scope.project_id,
+                ~Note.id.startswith(".", autoescape=True),
             )
         )
     ).one()
