@@ -26,11 +26,14 @@ router = api_router(prefix="/v1", tags=["keep"])
 async def flow(
     body: FlowRequest, request: Request, scope: ReadScope, session: SessionDep, limits: LimitsDep
 ) -> FlowResult:
-    """keep's `POST /v1/flow`: run a named state (`put`, `get`, `find`,
-    `query-resolve`, `list`, `list_versions`, `tag`, `delete`, `move`, `stub`,
-    `prompt`, `stats`, and keep's private `compat-get-item`, `compat-find`,
-    `compat-analyze`). Flow-level failures are 200 with `status: "error"` and
-    the reason in `data`; write states need a key with the `write` scope."""
+    """keep's `POST /v1/flow`: run the project's `.state/<state>` doc in keep's
+    state-doc language (keep's named flows are seeded: `put`, `get`, `tag`,
+    `query-resolve`, `find-deep`, ...; a project adds its own), `prompt`, or
+    keep's private `compat-get-item`, `compat-find`, `compat-analyze`. A flow
+    that runs out of `budget` stops with a `cursor` that resumes it. A flow
+    that cannot run is 200 with `status: "error"` and the reason in `data`;
+    an action that refuses its input binds `{"error"}` under its rule; a key
+    without the `write` scope gets a 403 for a flow that writes."""
     return await service.run(_context(request, scope, session, limits), body)
 
 

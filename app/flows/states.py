@@ -6,7 +6,6 @@ returning the binding keys keep's clients read (KEEP_PROTOCOL §4.1, §4.2).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, NotEmbeddedYet, NotFound
+from app.flows import signals
 from app.graph import service as graph
 from app.notes import service as notes
 from app.notes.views import ItemView
@@ -233,21 +233,6 @@ async def list_notes(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     return Outcome(bindings={"results": results([item(v, score=None) for v in listed.items])})
 
 
-def _signals(scores: Sequence[float]) -> tuple[float | None, float | None]:
-    """keep's resolution signals: the margin between the two best scores,
-    and the normalised entropy of the score distribution (0 = one clear
-    answer, 1 = all alike)."""
-    if not scores:
-        return None, None
-    margin = scores[0] - scores[1] if len(scores) > 1 else scores[0]
-    positive = [max(s, 1e-9) for s in scores]
-    total = sum(positive)
-    if len(positive) < 2:
-        return round(margin, 4), 0.0
-    entropy = -sum((s / total) * math.log(s / total) for s in positive) / math.log(len(positive))
-    return round(margin, 4), round(entropy, 4)
-
-
 def _find_input(params: Mapping[str, Any], limit: int) -> search.FindInput:
     return search.FindInput(
         query=_text(params, "query"),
@@ -276,7 +261,9 @@ async def find(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     groups = {
         base: [item(v, score=round(s, 4)) for v, s in group] for base, group in found.deep_groups
     }
-    margin, entropy = _signals([s for _, s in found.items])
+    scores = [s for _, s in found.items]
+    margin = round(signals.margin(scores), 4) if scores else None
+    entropy = round(signals.entropy(scores), 4) if scores else None
     return Outcome(
         bindings={"results": results(shown, deep_groups=groups, margin=margin, entropy=entropy)},
         tried_queries=[data.query] if data.query else [],
