@@ -55,6 +55,13 @@ def test_a_doc_that_cannot_run_is_refused_with_where() -> None:
         statedoc.parse("x", "match: all\nrules:\n  - when: 'a ==='\n    do: find")
     with pytest.raises(statedoc.StateDocError, match="not YAML"):
         statedoc.parse("x", "match: [")
+    laughs = "a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nmatch: all\nrules: [*b, *b]"
+    with pytest.raises(statedoc.StateDocError, match="aliases"):
+        statedoc.parse("x", laughs)
+    with pytest.raises(statedoc.StateDocError, match="nested too deeply"):
+        statedoc.parse("x", "[" * 20_000 + "]" * 20_000)
+    with pytest.raises(statedoc.StateDocError, match="nested too deeply"):
+        statedoc.parse("x", "match: all\nrules:\n" + " " * 400 + "- id: x\n")
 
 
 def test_templates_keep_types_and_interpolate() -> None:
@@ -162,6 +169,13 @@ async def test_a_project_adds_its_own_flow_and_fragment(client, stocked) -> None
     await _put(client, stocked, ".state/broken", "match: sometimes\nrules: []")
     out = await _flow(client, stocked, "broken", {})
     assert out["status"] == "error" and "match must be" in out["data"]["reason"]
+    # a rule may end a flow as done, error or stopped, nothing else
+    out = await _flow(client, stocked, "odd", {}, state_doc_yaml="match: sequence\nrules:\n"
+                      "  - return: finished\n")  # fmt: skip
+    assert out["status"] == "error" and "'finished'" in out["data"]["reason"], out
+    out = await _flow(client, stocked, "odd", {}, state_doc_yaml="match: sequence\nrules:\n"
+                      "  - return: {status: done, with: {1: one, 2.5: [{3: x}]}}\n")  # fmt: skip
+    assert out["data"] == {"1": "one", "2.5": [{"3": "x"}]}, out
 
 
 async def test_writes_in_a_read_only_flow_bind_an_error(client, stocked) -> None:

@@ -30,6 +30,7 @@ from app.flows.statedoc import Rule, StateDoc, holds, resolve
 
 MAX_CURSOR_CHARS = 65_536
 STOPPED_SIGNALS = ("search", "pivot1", "bridge")
+STATUSES = frozenset({"done", "error", "stopped"})  # what a rule may return
 # Result lists a cursor carries as ids and scores only: it must fit a request.
 LISTS = frozenset({"results", "deep_groups", "items", "groups", "sections"})
 
@@ -320,6 +321,10 @@ async def run(
             reason = {"reason": f"evaluation failed: {exc}"}
             return Run("error", {}, reason, total(), history)
         bindings.update(result.bindings)
+        if result.terminal is not None and result.terminal not in STATUSES:
+            reason = f"a rule of {current} returned status {result.terminal!r}"
+            reason += " (one of done, error, stopped)"
+            return Run("error", {}, {"reason": reason}, total(), history)
         if result.terminal is not None:
             return Run(result.terminal, bindings, result.data, total(), history, None, flow.tried)
         following, extra = _transition(result.transition)

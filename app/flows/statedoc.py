@@ -128,19 +128,54 @@ def _strip_front_matter(text: str) -> str:
     return text
 
 
+MAX_DEPTH = 50  # brackets, or indentation steps: far more than a state doc needs
+
+
+def _too_deep(text: str) -> bool:
+    """Nesting the YAML parser would take seconds over (it recurses)."""
+    depth = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return any(len(line) - len(line.lstrip(" ")) > 4 * MAX_DEPTH for line in text.splitlines())
+
+
 def _load(name: str, text: str) -> dict[str, Any]:
+    body = _strip_front_matter(text)
+    if _too_deep(body):
+        raise StateDocError(f"{name}: nested too deeply (at most {MAX_DEPTH} levels)")
     try:
-        parsed = yaml.safe_load(_strip_front_matter(text))
+        # Anchors and aliases are refused: a few lines of them expand to
+        # more than any state doc needs (a "billion laughs").
+        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(body)):
+            raise StateDocError(f"{name}: YAML aliases (*name) are not allowed in a state doc")
+        parsed = yaml.safe_load(body)
     except yaml.YAMLError as exc:
         raise StateDocError(f"{name}: not YAML ({exc})") from exc
+    except RecursionError as exc:
+        raise StateDocError(f"{name}: nested too deeply") from exc
     if not isinstance(parsed, dict):
         raise StateDocError(f"{name}: a state doc is a YAML mapping")
     return parsed
 
 
+def _keys_as_text(value: Any) -> Any:
+    """YAML allows any key (``1: a``); what a flow answers is JSON."""
+    if isinstance(value, dict):
+        return {str(k): _keys_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_keys_as_text(v) for v in value]
+    return value
+
+
 def _rule(raw: Any, where: str) -> Rule:
     if not isinstance(raw, dict):
         raise StateDocError(f"{where}: each rule is a mapping")
+    raw = _keys_as_text(raw)
     rule_id = str(raw["id"]).strip() or None if raw.get("id") is not None else None
     when = str(raw.get("when") or "").strip()
     if when:
