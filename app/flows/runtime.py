@@ -322,9 +322,8 @@ async def run(
             return Run("error", {}, reason, total(), history)
         bindings.update(result.bindings)
         if result.terminal is not None and result.terminal not in STATUSES:
-            reason = f"a rule of {current} returned status {result.terminal!r}"
-            reason += " (one of done, error, stopped)"
-            return Run("error", {}, {"reason": reason}, total(), history)
+            odd = f"a rule of {current} returned status {result.terminal!r}"
+            return Run("error", {}, {"reason": odd + " (done, error or stopped)"}, total(), history)
         if result.terminal is not None:
             return Run(result.terminal, bindings, result.data, total(), history, None, flow.tried)
         following, extra = _transition(result.transition)
