@@ -92,12 +92,16 @@ class KeepmemHost:
     ) -> None:
         self.ctx = ctx
         self.writable = writable
-        self.inline = inline or {}
+        self.inline: dict[str, StateDoc | None] = dict(inline or {})
         self.spend = spend or Spend()
 
     async def load(self, name: str) -> StateDoc | None:
-        if name in self.inline:
-            return self.inline[name]
+        """The doc, read once per request (a flow may come back to a state)."""
+        if name not in self.inline:
+            self.inline[name] = await self._read(name)
+        return self.inline[name]
+
+    async def _read(self, name: str) -> StateDoc | None:
         doc_id = PREFIX + name
         try:
             found = await notes.family(self.ctx.session, self.ctx.scope, note_id=doc_id)
