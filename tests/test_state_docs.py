@@ -258,3 +258,28 @@ async def test_what_one_request_may_run_is_bounded(client, tenant) -> None:
     fewer = "".join(f"  - id: r{i}\n    do: find\n    with: {{prefix: x}}\n" for i in range(200))
     out = await _flow(client, tenant, "many", {}, state_doc_yaml="match: all\nrules:\n" + fewer)
     assert out["status"] == "done" and len(out["bindings"]) == 200
+
+
+async def test_a_tag_declared_an_edge_tag_later_links_the_notes_already_holding_it(
+    client, tenant, make_pipeline
+) -> None:
+    """keep backfills: notes written before ``_inverse`` was declared get
+    their edges (and stub targets) in the background; taking it off again
+    removes them."""
+    h = tenant.headers
+    await _put(client, tenant, "lesson-1", "How to read a stack trace", mentor="grace")
+    await _put(client, tenant, "lesson-2", "How to bisect a bug", mentor="grace")
+    assert (await client.get("/v1/notes/grace", headers=h)).status_code == 404
+    await _put(client, tenant, ".tag/mentor", "Tag mentor: who taught it.")
+    r = await client.patch(
+        "/v1/notes/.tag%2Fmentor/tags", json={"set": {"_inverse": "mentee"}}, headers=h
+    )
+    assert r.status_code == 200, r.text
+    await run_all(make_pipeline(), client, tenant)
+    ctx = (await client.get("/v1/notes/grace/context", headers=h)).json()
+    assert sorted(e["source_id"] for e in ctx["edges"]["mentee"]) == ["lesson-1", "lesson-2"]
+    r = await client.patch("/v1/notes/.tag%2Fmentor/tags", json={"remove": ["_inverse"]}, headers=h)
+    assert r.status_code == 200, r.text
+    await run_all(make_pipeline(), client, tenant)
+    ctx = (await client.get("/v1/notes/grace/context", headers=h)).json()
+    assert ctx["edges"] == {}

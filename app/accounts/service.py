@@ -123,7 +123,7 @@ async def seed_every_project(session: AsyncSession) -> int:
     for tenant in await tenants.list_tenants(session):
         for project in await tenants.list_projects(session, tenant_for_admin(tenant.id)):
             scope = scope_for_project(project.tenant_id, project.id, project.slug)
-            written += await notes_service.seed_system_docs(session, scope)
+            written += await notes_service.seed_system_docs(session, scope, backfill=True)
     return written
 
 

@@ -22,6 +22,8 @@ class JobKind(StrEnum):
     MEMORY_EXTRACT = "memory_extract"  # a thread's new messages: memories, reconciled
     AUTO_TAG = "auto_tag"  # the project's model picks a written note's constrained tags
     # (queued after its embedding, when the project's settings say auto_tag)
+    EDGE_BACKFILL = "edge_backfill"  # a tag became (or stopped being) an edge tag: the
+    # edges of the notes that hold it, a batch at a time
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.

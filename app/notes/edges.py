@@ -18,6 +18,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.jobs import repository as jobs
+from app.jobs.kinds import JobKind
 from app.kit.changes import EventKind
 from app.kit.ids import InvalidId, is_system_id, normalize_id
 from app.kit.timeutil import utcnow
@@ -31,6 +33,7 @@ _LABEL_AFTER = re.compile(r"^(.+?)\[\[[^\]]*\]\]$")
 _MARKDOWN = re.compile(r"^\[[^\]]*\]\((https?://[^)\s]+)\)$")
 
 STUB_SOURCE = "auto-vivify"
+INVERSE = "_inverse"
 
 
 def edge_target(value: str) -> str | None:
@@ -120,6 +123,54 @@ async def _vivify(session: AsyncSession, scope: Scope, targets: Sequence[str]) -
                 session, scope, mutation="doc_insert", entity_id=target, kind=EventKind.PUT
             )
     return created
+
+
+BACKFILL_BATCH = 500
+
+
+async def inverse_changed(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+) -> None:
+    """A ``.tag/<key>`` note whose ``_inverse`` changed: the notes holding
+    ``key`` get (or lose) their edges in the background, as keep backfills."""
+    key = note_id.removeprefix(".tag/")
+    if not note_id.startswith(".tag/") or not key or "/" in key:
+        return
+    if before.get(INVERSE) == after.get(INVERSE):
+        return
+    await queue_backfill(session, scope, tag_doc=note_id, key=key, after="")
+
+
+async def queue_backfill(
+    session: AsyncSession, scope: Scope, *, tag_doc: str, key: str, after: str
+) -> None:
+    await jobs.enqueue(
+        session,
+        scope,
+        kind=JobKind.EDGE_BACKFILL,
+        note_id=tag_doc,
+        payload={"key": key, "after": after},
+        priority=jobs.BACKGROUND_PRIORITY,
+    )
+
+
+async def backfill(
+    session: AsyncSession, scope: Scope, *, key: str, after: str
+) -> tuple[int, str | None]:
+    """Re-make the tag edges of a batch of the notes holding ``key`` (after
+    ``after`` in id order): (notes done, where the next batch starts, or
+    None when none remain)."""
+    found = await repo.holding_key(session, scope, key=key, after=after, limit=BACKFILL_BATCH)
+    for note_id, tags in found:
+        user = {k: v for k, v in tags.items() if not k.startswith("_")}
+        await sync_tag_edges(session, scope, note_id=note_id, user_tags=user)
+    more = len(found) == BACKFILL_BATCH
+    return len(found), found[-1][0] if more else None
 
 
 async def forget_note(session: AsyncSession, scope: Scope, *, note_id: str) -> None:

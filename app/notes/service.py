@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from app.notes.batch import MAX_BATCH, BatchItem, put_many
 from app.notes.common import PENDING_TAG, valid_id
+from app.notes.edges import backfill as backfill_edges
+from app.notes.edges import queue_backfill
 from app.notes.history import DeleteResult, VersionEntry, delete, move, versions
 from app.notes.profile import profile
 from app.notes.reading import (
@@ -26,10 +28,11 @@ from app.notes.reading import (
     parts,
     sharing,
 )
+from app.notes.seeding import seed_system_docs
 from app.notes.stubs import stub
 from app.notes.tag_policy import rules as tag_rules
 from app.notes.tagging import tag
-from app.notes.writing import PutInput, put, request_analysis, seed_system_docs
+from app.notes.writing import PutInput, put, request_analysis
 from app.settings import Limits
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "ListResult",
     "PutInput",
     "VersionEntry",
+    "backfill_edges",
     "count",
     "delete",
     "family",
@@ -53,6 +57,7 @@ __all__ = [
     "profile",
     "put",
     "put_many",
+    "queue_backfill",
     "request_analysis",
     "seed_system_docs",
     "sharing",

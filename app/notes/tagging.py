@@ -78,6 +78,7 @@ async def tag(
         tag_text=tag_words(note_id, new_user),
     )
     await feed.record(session, scope, mutation="doc_update", entity_id=note_id, kind=EventKind.TAG)
+    await edges.inverse_changed(session, scope, note_id=note_id, before=system, after=new_system)
     await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=new_user)
     pending: list[str] = []
     if note.pending_content is not None and note.summary != note.pending_content:

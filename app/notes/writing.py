@@ -27,7 +27,7 @@ from app.notes import repository as repo
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
 from app.notes.repository import vectors
-from app.notes.system_docs import NOW_TEMPLATE, bundled, system_tags
+from app.notes.system_docs import NOW_TEMPLATE
 from app.notes.views import ItemView, note_view, split_system
 from app.settings import Limits
 from app.tenancy import Scope
@@ -262,6 +262,9 @@ async def write(
         tag_text=new.tag_text,
     )
     if inserted is not None:
+        await edges.inverse_changed(
+            session, scope, note_id=note_id, before={}, after=new.values["tags"]
+        )
         queued = await after_insert(
             session,
             scope,
@@ -319,6 +322,7 @@ async def _update(
     content_changed = existing.content_hash != content_hash
     tags_changed = user_tags != split_system(existing.tags)[0]
     flags_changed = flags != old_flags
+    await edges.inverse_changed(session, scope, note_id=note_id, before=old_flags, after=flags)
     values: dict[str, Any] = {"tags": all_tags, "tag_index": tagrules.index_terms(user_tags)}
     if created_override is not None:
         values["created_at"] = created_override
@@ -523,7 +527,7 @@ async def create_now(session: AsyncSession, scope: Scope, *, note_id: str) -> No
     return await repo.get(session, scope, note_id)
 
 
-def _text_args(note_id: str, body: str, tags: Mapping[str, str]) -> WriteArgs:
+def text_args(note_id: str, body: str, tags: Mapping[str, str]) -> WriteArgs:
     return WriteArgs(
         note_id=note_id,
         content=body,
@@ -542,28 +546,8 @@ async def write_text(
     session: AsyncSession, scope: Scope, *, note_id: str, body: str, tags: Mapping[str, str]
 ) -> ItemView:
     """A server-made note whose summary is its whole text (``now``, system notes)."""
-    args = _text_args(note_id, body, tags)
+    args = text_args(note_id, body, tags)
     return await write(session, scope, args=args, limits=Limits())
-
-
-# -- seeding ------------------------------------------------------------------------
-
-
-async def seed_system_docs(session: AsyncSession, scope: Scope) -> int:
-    """Write keep's bundled schema docs into a project, in one statement; a
-    doc the project already has is left as the project made it. Returns how
-    many were written."""
-    now, limits = utcnow(), Limits()
-    rows = []
-    for doc in bundled():
-        new = fresh(_text_args(doc.id, doc.body, doc.tags), limits, now)
-        new.values["tags"] = {**new.values["tags"], **system_tags(doc.tags)}
-        rows.append((doc.id, new.values, new.fts_text, new.tag_text))
-    inserted = await repo.insert_notes(session, scope, rows)
-    await feed.record_many(
-        session, scope, mutation="doc_insert", entity_ids=list(inserted), kind=EventKind.PUT
-    )
-    return len(inserted)
 
 
 async def request_analysis(

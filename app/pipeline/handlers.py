@@ -24,6 +24,7 @@ from app.memories import extraction
 from app.models import Note
 from app.notes import derived
 from app.notes import repository as notes
+from app.notes import service as note_service
 from app.notes.repository import vectors
 from app.pipeline import autotag, prompt_docs
 from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
@@ -292,6 +293,20 @@ async def term_stats(run: JobRun) -> None:
         await run.finish(session, {"common_terms": found})
 
 
+async def edge_backfill(run: JobRun) -> None:
+    """A tag became (or stopped being) an edge tag: re-make the edges of a
+    batch of the notes holding it; the next batch is queued while some remain."""
+    key, after = str(run.job.payload.get("key", "")), str(run.job.payload.get("after", ""))
+    async with run.transaction() as session:
+        done, more = await note_service.backfill_edges(session, run.scope, key=key, after=after)
+        if more is not None:
+            tag_doc = run.note_id
+            await note_service.queue_backfill(
+                session, run.scope, tag_doc=tag_doc, key=key, after=more
+            )
+        await run.finish(session, {"notes": done, "more": more is not None})
+
+
 async def expire(run: JobRun) -> None:
     """Delete the project's notes past their expiry or its retention (a
     batch; the sweeper queues another while some remain)."""
@@ -496,4 +511,5 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.SESSION_DIGEST: _one(session_digest),
     JobKind.MEMORY_EXTRACT: _one(memory_extract),
     JobKind.AUTO_TAG: _one(auto_tag),
+    JobKind.EDGE_BACKFILL: _one(edge_backfill),
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     Select,
@@ -111,6 +112,25 @@ async def family(session: AsyncSession, scope: Scope, note_id: str) -> Sequence[
         .order_by(Note.id)
     )
     return (await session.execute(stmt)).scalars().all()
+
+
+async def holding_key(
+    session: AsyncSession, scope: Scope, *, key: str, after: str, limit: int
+) -> Sequence[tuple[str, dict[str, Any]]]:
+    """(id, tags) of the visible notes holding the tag ``key``, in id order
+    after ``after``."""
+    stmt = (
+        select(Note.id, Note.tags)
+        .where(
+            in_scope(scope),
+            ~Note.id.startswith(".", autoescape=True),
+            Note.tags.has_key(key),
+            Note.id > after,
+        )
+        .order_by(Note.id)
+        .limit(limit)
+    )
+    return [(r[0], r[1]) for r in (await session.execute(stmt)).all()]
 
 
 async def neighbours_in_time(
