@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from app.errors import AppError, ContentNotHeld, NotEmbeddedYet, NotFound
+from app.errors import AppError, ContentNotHeld, NotFound
 from app.flows import states
 from app.flows.runtime import ActionFailed
 from app.flows.states import FlowContext, item
@@ -73,15 +73,6 @@ def _result(view: ItemView, score: float | None = None) -> dict[str, Any]:
 # -- reads -------------------------------------------------------------------------------
 
 
-async def _search(ctx: FlowContext, data: search.FindInput) -> search.SearchResult:
-    try:
-        return await search.find(
-            ctx.session, ctx.scope, embedder=ctx.embedder, cache=ctx.cache, data=data
-        )
-    except NotEmbeddedYet:
-        return search.SearchResult(items=[], pending_embedding=1, mode="similar")
-
-
 async def _closest_members(
     ctx: FlowContext, data: search.FindInput, wanted: int
 ) -> list[tuple[ItemView, float | None]]:
@@ -100,7 +91,7 @@ async def _closest_members(
     if not members:
         return []
     rows: list[tuple[ItemView, float | None]] = [
-        (v, s) for v, s in (await _search(ctx, data)).items
+        (v, s) for v, s in (await states._find(ctx, data)).items
     ]
     have = {v.id for v, _ in rows}
     rows += [(v, None) for v in members if v.id not in have]
@@ -155,7 +146,7 @@ async def find(ctx: FlowContext, p: dict[str, Any]) -> dict[str, Any]:
             if similar_to and tags:
                 rows = await _closest_members(ctx, data, wanted)
             else:
-                hits = await _search(ctx, data)
+                hits = await states._find(ctx, data)
                 rows = [(v, s) for v, s in hits.items]
                 groups = {
                     base: [_result(v, s) for v, s in group] for base, group in hits.deep_groups
