@@ -251,6 +251,20 @@ async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(client, tenant
         assert await accounts.seed_every_project(session) == 0  # nothing left to add
 
 
+async def test_prompt_includes_are_bounded(client, tenant) -> None:
+    """Includes that fan out (a doc including another eight times, each
+    including the next eight times...) stop at 50 docs, not 8^4 reads."""
+    for level in range(4):
+        inner = f"{{{{include:fan/{level + 1}}}}}" * 8 if level < 3 else "leaf"
+        await _put(client, tenant, f".prompt/fan/{level}", "## Prompt\n\n" + inner)
+    await _put(client, tenant, ".prompt/agent/fan", "## Prompt\n\n{{include:fan/0}}")
+    out = await _flow(client, tenant, "prompt", {"name": "fan"})
+    assert out["status"] == "error" and "at most 50" in out["data"]["error"], out
+    await _put(client, tenant, ".prompt/agent/loop", "## Prompt\n\n{{include:agent/loop}}")
+    out = await _flow(client, tenant, "prompt", {"name": "loop"})
+    assert out["status"] == "error" and "cycle" in out["data"]["error"], out
+
+
 async def test_what_one_request_may_run_is_bounded(client, tenant) -> None:
     rules = "".join(f"  - id: r{i}\n    do: find\n    with: {{prefix: x}}\n" for i in range(201))
     out = await _flow(client, tenant, "many", {}, state_doc_yaml="match: all\nrules:\n" + rules)

@@ -28,6 +28,7 @@ from app.notes import service as notes
 
 PREFIX = ".prompt/agent/"
 INCLUDE_DEPTH = 5
+MAX_INCLUDES = 50
 FLOW_BUDGET = 10
 DEFAULT_TOKENS = 4000
 _INCLUDE = re.compile(r"\{\{include:([A-Za-z0-9_./-]+)\}\}")
@@ -79,7 +80,12 @@ async def list_prompts(ctx: FlowContext) -> Outcome:
     return Outcome(bindings={}, data={"prompts": prompts})
 
 
-async def _includes(ctx: FlowContext, body: str, chain: frozenset[str], depth: int) -> str:
+async def _includes(
+    ctx: FlowContext, body: str, chain: frozenset[str], depth: int, seen: list[int]
+) -> str:
+    """``{{include:NAME}}`` expanded: at most INCLUDE_DEPTH deep and
+    MAX_INCLUDES in all (a doc including another many times, each including
+    more, would otherwise multiply), no cycles, and no missing doc."""
     if "{{include:" not in body:
         return body
     if depth >= INCLUDE_DEPTH:
@@ -89,12 +95,16 @@ async def _includes(ctx: FlowContext, body: str, chain: frozenset[str], depth: i
         target = ".prompt/" + m.group(1)
         if target in chain:
             raise PromptError(f"prompt include cycle: {target}")
+        seen[0] += 1
+        if seen[0] > MAX_INCLUDES:
+            raise PromptError(f"a prompt includes at most {MAX_INCLUDES} docs")
         try:
             found = await notes.get(ctx.session, ctx.scope, raw_id=target)
         except NotFound as exc:
             raise PromptError(f"prompt include not found: {target}") from exc
         inner = prompt_section(found.summary) or found.summary
-        out += [body[last : m.start()], await _includes(ctx, inner, chain | {target}, depth + 1)]
+        expanded = await _includes(ctx, inner, chain | {target}, depth + 1, seen)
+        out += [body[last : m.start()], expanded]
         last = m.end()
     return "".join(out) + body[last:]
 
@@ -220,7 +230,8 @@ async def render(ctx: FlowContext, params: dict[str, Any]) -> Outcome:
     except NotFound:
         return Outcome(bindings={}, data={"error": f"prompt not found: {name}"}, status="error")
     try:
-        body = await _includes(ctx, prompt_section(doc.summary) or doc.summary, frozenset(), 0)
+        section = prompt_section(doc.summary) or doc.summary
+        body = await _includes(ctx, section, frozenset(), 0, [0])
         state = str(doc.tags.get("state") or "")
         if not state and ("{get}" in body or "{find" in body):
             state = "get"
