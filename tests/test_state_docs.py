@@ -297,3 +297,12 @@ async def test_a_tag_declared_an_edge_tag_later_links_the_notes_already_holding_
     await run_all(make_pipeline(), client, tenant)
     ctx = (await client.get("/v1/notes/grace/context", headers=h)).json()
     assert ctx["edges"] == {}
+
+
+async def test_one_action_touches_at_most_a_batch_of_notes(client, tenant) -> None:
+    many = [f"n{i}" for i in range(101)]
+    out = await _flow(client, tenant, "tag", {"items": many, "tags": {"a": "b"}})
+    assert "at most 100" in out["bindings"]["tagged"]["error"], out
+    doc = "match: all\nrules:\n  - id: t\n    do: traverse\n    with: {items: '{params.ids}'}\n"
+    out = await _flow(client, tenant, "walk", {"ids": many}, state_doc_yaml=doc)
+    assert "at most 100" in out["bindings"]["t"]["error"], out

@@ -27,6 +27,7 @@ from app.search import service as search
 Action = Callable[[FlowContext, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MAX_FOLLOW = 100
+MAX_ITEMS = notes.MAX_BATCH  # notes one action tags or traverses from, as a batch
 
 
 def _refuse(message: str) -> ActionFailed:
@@ -223,6 +224,8 @@ async def traverse(ctx: FlowContext, p: dict[str, Any]) -> dict[str, Any]:
     raw = p.get("items")
     if not isinstance(raw, list) or not raw:
         raise _refuse("traverse requires non-empty items list")
+    if len(raw) > MAX_ITEMS:
+        raise _refuse(f"traverse takes at most {MAX_ITEMS} items")
     sources = [s for s in (_maybe_id(r) for r in raw) if s]
     limit = _int(p, "limit", 5, low=1, high=100)
     depth = _int(p, "deep_follow_depth", 10, low=1, high=MAX_FOLLOW)
@@ -307,6 +310,8 @@ async def tag(ctx: FlowContext, p: dict[str, Any]) -> dict[str, Any]:
     raw = p.get("items")
     targets = [t for t in (_maybe_id(r) for r in raw) if t] if isinstance(raw, list) else []
     targets = targets or [_id(p, "id", "item_id")]
+    if len(targets) > MAX_ITEMS:
+        raise _refuse(f"tag takes at most {MAX_ITEMS} items")
     shown = []
     for target in targets:
         view = await notes.tag(
