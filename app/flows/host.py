@@ -148,7 +148,12 @@ class KeepmemHost:
 
 
 async def meta_sections(
-    ctx: FlowContext, note_id: str, limit: int, *, spend: Spend | None = None
+    ctx: FlowContext,
+    note_id: str,
+    limit: int,
+    *,
+    tags: dict[str, Any] | None = None,
+    spend: Spend | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The meta sections of a note's context: each ``.meta/<name>`` note of
     the project is a state doc (usually ``find`` rules with ``similar_to`` the
@@ -161,18 +166,20 @@ async def meta_sections(
     name (a project seeded before keepmem ran meta docs holds prose there)."""
     if limit <= 0:
         return {}
-    try:
-        viewed = await notes.get(ctx.session, ctx.scope, raw_id=note_id)
-    except NotFound:
-        return {}
+    if tags is None:  # the caller has not read the note (a flow's resolve_meta)
+        try:
+            viewed = await notes.get(ctx.session, ctx.scope, raw_id=note_id)
+        except NotFound:
+            return {}
+        note_id, tags = viewed.id, viewed.tags
     listed = await notes.list_notes(
         ctx.session,
         ctx.scope,
         query=notes.ListInput(prefix=META, include_hidden=True, order_by="id", limit=MAX_META_DOCS),
         limits=ctx.limits,
     )
-    params: dict[str, Any] = {k: v for k, v in viewed.tags.items() if not k.startswith("_")}
-    params |= {"item_id": viewed.id, "limit": limit}
+    params: dict[str, Any] = {k: v for k, v in tags.items() if not k.startswith("_")}
+    params |= {"item_id": note_id, "limit": limit}
     out: dict[str, list[dict[str, Any]]] = {}
     spend = spend or Spend()
     for doc_note in listed.items:
@@ -189,7 +196,7 @@ async def meta_sections(
             doc = _parse(name, shipped.body)
         host = KeepmemHost(ctx, writable=False, inline={name: doc}, spend=spend)
         ran = await runtime.run(host, name, params, 1)
-        found = _found(ran.bindings, exclude=viewed.id)
+        found = _found(ran.bindings, exclude=note_id)
         if found:
             out[name] = found
     return out

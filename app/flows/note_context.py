@@ -96,7 +96,7 @@ async def item_context(ctx: FlowContext, raw_id: str, q: ContextQuery) -> dict[s
                 )
     meta: dict[str, list[dict[str, Any]]] = {}
     if q.include_meta and q.meta_limit > 0:
-        found_meta = await meta_sections(ctx, note_id, min(q.meta_limit, 100))
+        found_meta = await meta_sections(ctx, note_id, min(q.meta_limit, 100), tags=current.tags)
         meta = {
             name: [{"id": v["id"], "summary": v["summary"]} for v in views]
             for name, views in found_meta.items()

@@ -30,7 +30,6 @@ from app.tenancy import WRITE
 RESUME_SENTINEL = "__cursor__"
 DEFAULT_BUDGET = 5
 MAX_BUDGET = 100
-COMPAT_STATES = {"compat-get-item", "compat-find", "compat-analyze"}
 COMPAT: dict[str, State] = {
     "compat-get-item": states.get_item,
     "compat-find": states.compat_find,

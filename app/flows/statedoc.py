@@ -227,15 +227,6 @@ def parse_fragment(name: str, text: str) -> Fragment:
     return Fragment(name=name, order=order, rules=_rules(parsed.get("rules"), f"{name}: rules"))
 
 
-def check(name: str, text: str) -> None:
-    """Raise :class:`StateDocError` unless ``text`` is a valid doc or fragment."""
-    parsed = _load(name, text)
-    if "match" in parsed:
-        parse(name, text)
-    else:
-        parse_fragment(name, text)
-
-
 def merged(base: StateDoc, fragments: Iterable[Fragment]) -> StateDoc:
     """The base doc with its fragments' rules placed by their ``order``
     (fragments in name order; an unknown target appends)."""

@@ -140,9 +140,5 @@ def doc(doc_id: str) -> SystemDoc | None:
     return None
 
 
-def keep_version() -> str:
-    return metadata.version(DISTRIBUTION)
-
-
 def system_tags(tags: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in tags.items() if k.startswith("_")}
