@@ -103,6 +103,16 @@ class PartNotFound(NotFound):
     code = "part_not_found"
 
 
+class CitationNotFound(NotFound):
+    code = "citation_not_found"
+
+
+class TextNotKept(Conflict):
+    """The work needs a note's text and its project does not keep text."""
+
+    code = "text_not_kept"
+
+
 class JobNotFound(NotFound):
     code = "job_not_found"
 

@@ -23,10 +23,12 @@ from app.auth.router import subkeys as subkeys_router
 from app.auth.router import whoami as whoami_router
 from app.caches import RequestCaches
 from app.db import Database
+from app.distill.router import router as distill_router
 from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
 from app.events.router import router as events_router
 from app.flows.router import router as flows_router
 from app.graph.router import router as graph_router
+from app.grounding.router import router as grounding_router
 from app.health.router import operations as operations_router
 from app.health.router import router as health_router
 from app.ingest.router import router as upload_router
@@ -221,6 +223,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(memories_router)
     app.include_router(projects_router)
     app.include_router(settings_router)
+    app.include_router(grounding_router)
+    app.include_router(distill_router)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -252,6 +252,55 @@ class Part(Base):
     content_hash: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     fts: Mapped[Any] = mapped_column(TSVECTOR)
+    # A passage's characters in the note's normalised text, and the pages,
+    # slides, sheet or cue times they cover (none for analyze's parts).
+    span_start: Mapped[int | None] = mapped_column(Integer)
+    span_end: Mapped[int | None] = mapped_column(Integer)
+    locator: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class NoteText(Base):
+    """A note's normalised text, compressed, when its project keeps text."""
+
+    __tablename__ = "note_texts"
+    __table_args__ = (_note_fk(),)
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT, primary_key=True)
+    sha256: Mapped[str] = mapped_column(Text)
+    chars: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    segments: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    updated_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Citation(Base):
+    """A span of a note at one version, quoted exactly (app.grounding)."""
+
+    __tablename__ = "citations"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["tenant_id", "project_id"], ["projects.tenant_id", "projects.id"], ondelete="CASCADE"
+        ),
+        Index("ix_citations_note", "tenant_id", "project_id", "note_id", "created_at"),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    project_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    note_id: Mapped[str] = mapped_column(ID_TEXT)
+    version: Mapped[int] = mapped_column(Integer)
+    part_num: Mapped[int | None] = mapped_column(Integer)
+    span_start: Mapped[int] = mapped_column(Integer)
+    span_end: Mapped[int] = mapped_column(Integer)
+    quote: Mapped[str] = mapped_column(Text)
+    before: Mapped[str] = mapped_column(Text, server_default="")
+    after: Mapped[str] = mapped_column(Text, server_default="")
+    text_sha256: Mapped[str] = mapped_column(Text)
+    source_uri: Mapped[str | None] = mapped_column(Text)
+    locator: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
 class Embedding(Base):
@@ -537,4 +586,6 @@ TENANT_TABLES = (
     "mentions",
     "relations",
     "webhooks",
+    "note_texts",
+    "citations",
 )

@@ -98,6 +98,8 @@ OWNERS = {
     "Note": "app/notes/repository/notes.py",
     "NoteVersion": "app/notes/repository/versions.py",
     "Part": "app/notes/repository/parts.py",
+    "NoteText": "app/notes/repository/texts.py",
+    "Citation": "app/grounding/repository.py",
     "Embedding": "app/notes/repository/vectors.py",
     "Edge": "app/notes/repository/edges.py",
     "Change": "app/notes/repository/changes.py",
@@ -327,7 +329,7 @@ def test_the_writer_scan_sees_writers() -> None:
     assert {"insert_note", "insert_parts", "archive_current"} <= repos["app.notes.repository"]
     assert {"upsert", "delete_for_note"} <= repos["app.notes.repository.vectors"]
     assert {"record"} <= repos["app.notes.repository.changes"]
-    assert {"replace_from", "delete_from"} == repos["app.notes.repository.edges"]
+    assert {"replace_from", "add_edges", "delete_from"} == repos["app.notes.repository.edges"]
     assert {"enqueue", "claim_many", "fail"} <= repos["app.jobs.repository"]
     assert "get" not in repos["app.notes.repository"]
     # a call from another package is seen, by module alias and by name
@@ -419,9 +421,12 @@ LAYERS = [
     "jobs",  # the job outbox every domain queues work into; the jobs API
     "usage", "auth",
     "notes",  # the note aggregate: every note, version, part, vector, edge, change
-    "ingest", "graph", "search", "retention", "events", "flows",
+    "ingest", "graph",
+    "grounding",  # long notes as passages, citations of their spans that verify
+    "search", "retention", "events", "flows",
     "sessions",  # coding-agent sessions: hook events in, checkpoints and patterns out
     "memories",  # memory formation: messages in, memories out, reconciled by slot and time
+    "distill",  # memories distilled from cited passages, with their provenance
     "project_settings",  # a project's settings as one document: every domain's, audited
     "accounts",  # making tenants and projects: keys, seeded notes, usage
     "oauth", "erasure", "keepstore", "health",

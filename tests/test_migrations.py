@@ -49,8 +49,9 @@ def test_upgrade_downgrade_upgrade(stack: Stack) -> None:
             "'public'::regnamespace",
             database=name,
         )
-        # tenants + TENANT_TABLES + 4 OAuth + 2 usage + webhooks + 6 of sessions
-        assert int(rls.strip()) == 32
+        # tenants + TENANT_TABLES (webhooks, note_texts and citations among
+        # them) + 4 OAuth + 2 usage + 6 of sessions
+        assert int(rls.strip()) == 34
         hnsw = stack.pg.psql(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_embeddings_hnsw_384'",
             database=name,

@@ -23,6 +23,7 @@ DEFAULTS = {
     "sanitize": True,
     "decay_half_life_days": 30.0,
     "auto_tag": False,
+    "keep_text": False,
     "sessions": {
         "capture": True,
         "inject": True,

@@ -22,11 +22,12 @@ from app.jobs.kinds import JobKind
 from app.kit import redaction
 from app.kit.changes import EventKind
 from app.kit.timeutil import utcnow
-from app.notes import edges, expiry, tag_policy
+from app.notes import edges, expiry, tag_policy, texts
 from app.notes import repository as repo
 from app.notes.repository import changes as feed
 from app.notes.views import ItemView, note_view
-from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, processing, put_clean
+from app.notes.work import chunking, processing
+from app.notes.writing import Fresh, PutInput, WriteArgs, checked, fresh, put_clean
 from app.settings import Limits
 from app.tenancy import Scope
 from app.tenants import service as tenants
@@ -126,14 +127,24 @@ async def _insert_new(
         new = rows[note_id]
         if new.user_tags:
             tagged[note_id] = new.user_tags
+        args = together[note_id][1]
+        long = chunking(
+            note_id=note_id,
+            content=args.content,
+            placeholder=args.placeholder,
+            segments=args.segments,
+            limits=limits,
+        )
         kinds = processing(
             system_note=new.system_note,
             needs_summary=new.needs_summary,
             graph_extraction=limits.graph_extraction,
+            chunk=long is not None,
         )
         payload: dict[str, Any] = {"content_hash": new.content_hash}
         queued += [(kind, note_id, payload, priority) for kind, priority in kinds]
         pending[note_id] = [k.value for k, _ in kinds]
+        await texts.keep(session, scope, note_id=note_id, text=args.content, segments=args.segments)
     await edges.sync_new_tag_edges(session, scope, tags_by_note=tagged)
     await jobs.enqueue_new(session, scope, queued)
     for note_id, note in inserted.items():

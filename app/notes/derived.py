@@ -68,6 +68,9 @@ class NewPart:
     summary: str
     text: str
     vector: list[float]
+    #: A passage's characters in the note's text and what they cover (pages …).
+    span: tuple[int, int] | None = None
+    locator: dict[str, Any] | None = None
 
 
 async def replace_parts(
@@ -78,26 +81,30 @@ async def replace_parts(
     analyzed_text: str,
     parts: Sequence[NewPart],
     model: str,
+    marker: str = "_analyzed_hash",
 ) -> int:
-    """The note's parts (``ID@P{N}``) and their vectors, replacing earlier ones."""
+    """The note's parts (``ID@P{N}``) and their vectors, replacing earlier
+    ones; ``marker`` is the system tag that records which text they are of
+    (``_analyzed_hash`` for analysis, ``_chunked_hash`` for passages)."""
     await repo.delete_parts(session, scope, note.id)
     await vectors.delete_for_note(session, scope, note.id, kind="part")
     rows: list[tuple[int, str, dict[str, Any], str, str]] = [
         (i + 1, part.summary, {}, sha256(part.text), part.text) for i, part in enumerate(parts)
     ]
-    await repo.insert_parts(session, scope, note.id, rows)
-    for (num, _, _, text_hash, _), part in zip(rows, parts, strict=True):
-        await vectors.upsert(
-            session,
-            scope,
-            note_id=note.id,
-            kind="part",
-            ref=num,
-            model=model,
-            content_hash=text_hash,
-            vector=part.vector,
-        )
-    tags = {**note.tags, "_analyzed_hash": sha256(analyzed_text)[:10]}
+    where = [(*p.span, p.locator or {}) if p.span else None for p in parts]
+    await repo.insert_parts(session, scope, note.id, rows, spans=where)
+    await vectors.upsert(
+        session,
+        scope,
+        note_id=note.id,
+        kind="part",
+        model=model,
+        rows=[
+            (num, text_hash, p.vector)
+            for (num, _, _, text_hash, _), p in zip(rows, parts, strict=True)
+        ],
+    )
+    tags = {**note.tags, marker: sha256(analyzed_text)[:10]}
     await repo.update_note(session, scope, note.id, values={"tags": tags})
     await feed.record(
         session,

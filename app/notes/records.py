@@ -37,7 +37,8 @@ from app.notes.common import sha256_hex, tag_words, valid_id
 from app.notes.repository import changes as feed
 from app.notes.repository import vectors
 from app.notes.views import split_system
-from app.notes.writing import archive_version, enqueue_processing, taken_outside_scope
+from app.notes.work import enqueue_processing
+from app.notes.writing import archive_version, taken_outside_scope
 from app.settings import Limits
 from app.tenancy import Scope
 
@@ -263,10 +264,8 @@ async def put_vector(
         scope,
         note_id=note_id,
         kind=kind,
-        ref=ref,
         model=model,
-        content_hash=note.content_hash or "",
-        vector=vector,
+        rows=[(ref, note.content_hash or "", vector)],
     )
     return True
 

@@ -20,6 +20,10 @@ class ItemView:
     updated_at: str
     changed: bool | None = None
     pending: list[str] = field(default_factory=list)
+    #: A passage's characters in its note's text, and the pages (slides,
+    #: sheet, cue times) they cover.
+    span: tuple[int, int] | None = None
+    locator: dict[str, Any] | None = None
 
 
 def _timestamps(created: datetime, updated: datetime, accessed: datetime | None) -> dict[str, str]:
@@ -70,12 +74,20 @@ def part_view(note_id: str, part: Part) -> ItemView:
     tags["_part_num"] = str(part.part_num)
     created = keep_ts(part.created_at)
     tags.setdefault("_created", created)
+    span = None
+    if part.span_start is not None and part.span_end is not None:
+        span = (part.span_start, part.span_end)
+        tags["_span_start"], tags["_span_end"] = str(span[0]), str(span[1])
+        for key, value in (part.locator or {}).items():
+            tags[f"_{key}"] = str(value)
     return ItemView(
         id=f"{note_id}@P{{{part.part_num}}}",
         summary=part.summary,
         tags=tags,
         created_at=created,
         updated_at=created,
+        span=span,
+        locator=dict(part.locator or {}) if span else None,
     )
 
 

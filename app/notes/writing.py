@@ -6,7 +6,7 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,15 +20,17 @@ from app.kit import redaction
 from app.kit import tags as tagrules
 from app.kit.changes import EventKind
 from app.kit.ids import NOW_ID, content_id, is_part_id, is_system_id
+from app.kit.spans import Segment
 from app.kit.timeutil import parse_timestamp, utcnow
 from app.models import Note
-from app.notes import edges, expiry, tag_policy
+from app.notes import edges, expiry, tag_policy, texts
 from app.notes import repository as repo
 from app.notes.common import PENDING_TAG, sha256_hex, tag_error, tag_words, valid_id
 from app.notes.repository import changes as feed
 from app.notes.repository import vectors
 from app.notes.system_docs import NOW_TEMPLATE
 from app.notes.views import ItemView, note_view, split_system
+from app.notes.work import chunking, enqueue_processing
 from app.settings import Limits
 from app.tenancy import Scope
 from app.tenants import service as tenants
@@ -52,6 +54,8 @@ class PutInput:
     #: When the note expires: an ISO-8601 instant, or seconds from now (0: never).
     expires_at: str | None = None
     ttl_seconds: int | None = None
+    #: Where the content's characters came from (pages, slides, sheets, cues).
+    segments: Sequence[Segment] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ class WriteArgs:
     placeholder: str | None = None
     #: The tag-rule flags a put sets on a ``.tag/<key>`` note (tag_policy).
     flags: tag_policy.FlagChanges = tag_policy.NO_CHANGES
+    segments: tuple[Segment, ...] = ()
 
 
 def checked(data: PutInput, limits: Limits) -> WriteArgs:
@@ -123,6 +128,7 @@ def checked(data: PutInput, limits: Limits) -> WriteArgs:
         uri=data.uri,
         placeholder=data.placeholder,
         flags=flags,
+        segments=tuple(s for s in data.segments if s.start < len(content)),
     )
 
 
@@ -274,7 +280,9 @@ async def write(
             needs_summary=new.needs_summary,
             content_hash=content_hash,
             limits=limits,
+            chunk=_long(args, limits),
         )
+        await _keep_text(session, scope, args)
         return note_view(inserted, changed=True, pending=queued)
     return await _update(session, scope, args, new, limits=limits, now=now, policy=policy)
 
@@ -363,6 +371,8 @@ async def _update(
         await edges.sync_tag_edges(session, scope, note_id=note_id, user_tags=user_tags)
     changed = content_changed or tags_changed or flags_changed or "summary" in values
     pending: list[str] = []
+    if content_changed:
+        await _keep_text(session, scope, args)
     if content_changed or force:
         pending = await enqueue_processing(
             session,
@@ -372,6 +382,7 @@ async def _update(
             needs_summary=needs_summary,
             content_hash=content_hash,
             graph_extraction=limits.graph_extraction,
+            chunk=_long(args, limits),
         )
     if changed:
         await feed.record(
@@ -455,6 +466,7 @@ async def after_insert(
     needs_summary: bool,
     content_hash: str,
     limits: Limits,
+    chunk: tuple[Segment, ...] | None = None,
 ) -> list[str]:
     """What every new note gets: its change-feed entry, its tag edges and its
     background work (returns the kinds queued)."""
@@ -470,49 +482,29 @@ async def after_insert(
         content_hash=content_hash,
         existed=False,
         graph_extraction=limits.graph_extraction,
+        chunk=chunk,
     )
 
 
-async def enqueue_processing(
-    session: AsyncSession,
-    scope: Scope,
-    *,
-    note_id: str,
-    system_note: bool,
-    needs_summary: bool,
-    content_hash: str,
-    existed: bool = True,
-    graph_extraction: bool = True,
-) -> list[str]:
-    """Outbox rows for the work a write causes, in the write's own transaction."""
-    kinds = processing(
-        system_note=system_note, needs_summary=needs_summary, graph_extraction=graph_extraction
+def _long(args: WriteArgs, limits: Limits) -> tuple[Segment, ...] | None:
+    return chunking(
+        note_id=args.note_id,
+        content=args.content,
+        placeholder=args.placeholder,
+        segments=args.segments,
+        limits=limits,
     )
-    payload = {"content_hash": content_hash}
-    if not existed:  # a new note has no older work to supersede: one statement
-        await jobs.enqueue_new(session, scope, [(k, note_id, payload, p) for k, p in kinds])
-    for kind, priority in kinds if existed else []:
-        await jobs.enqueue(
-            session, scope, kind=kind, note_id=note_id, payload=payload, priority=priority
+
+
+async def _keep_text(session: AsyncSession, scope: Scope, args: WriteArgs) -> None:
+    """The note's text beside it, when its project keeps text (a placeholder's
+    is not the note's text: any older one goes)."""
+    if args.placeholder is not None:
+        await texts.drop(session, scope, args.note_id)
+    else:
+        await texts.keep(
+            session, scope, note_id=args.note_id, text=args.content, segments=args.segments
         )
-    return [k.value for k, _ in kinds]
-
-
-def processing(
-    *, system_note: bool, needs_summary: bool, graph_extraction: bool
-) -> list[tuple[JobKind, int]]:
-    """The background work (kind, priority) a new or changed note needs."""
-    if system_note:
-        return []
-    kinds = [(JobKind.EMBED, 5)]
-    if needs_summary:
-        kinds.append((JobKind.SUMMARIZE, 5))
-    if graph_extraction:
-        # Graph extraction waits behind embedding and summaries: a note is
-        # findable by meaning first (measured: run at the same priority it
-        # cut the embedding rate of bench/pipeline.py from 83 to 22 notes/s).
-        kinds.append((JobKind.EXTRACT_GRAPH, jobs.BACKGROUND_PRIORITY))
-    return kinds
 
 
 async def create_now(session: AsyncSession, scope: Scope, *, note_id: str) -> Note | None:

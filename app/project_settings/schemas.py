@@ -36,6 +36,12 @@ class SettingsChange(BaseModel):
         description="Tag new notes with a model from the project's .prompt/tag/* and .tag/* "
         "docs, when the server has one configured (default false).",
     )
+    keep_text: StrictBool | None = Field(
+        default=None,
+        description="Keep each note's normalised text (compressed, counted in stored bytes, "
+        "erased with the note) so that citations can quote and verify it and long notes "
+        "can be re-cut into passages (default false: keep's default, no content kept).",
+    )
     sessions: ProjectSessionSettings | None = Field(
         default=None, description="Coding-agent sessions, as PUT /v1/sessions/settings takes them."
     )
@@ -57,5 +63,6 @@ class ProjectSettings(BaseModel):
     sanitize: bool
     decay_half_life_days: float
     auto_tag: bool
+    keep_text: bool
     sessions: ProjectSessionSettings
     memories: MemoryBudget

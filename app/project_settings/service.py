@@ -18,6 +18,7 @@ from app.audit import repository as audit
 from app.errors import OutsideScope
 from app.kit import redaction
 from app.memories import settings as memory_settings
+from app.notes import texts
 from app.project_settings.schemas import SettingsChange
 from app.search.service import DEFAULT_HALF_LIFE_DAYS
 from app.sessions import settings as session_settings
@@ -27,8 +28,9 @@ from app.tenants import service as tenants
 SANITIZE = "sanitize"
 HALF_LIFE = "decay_half_life_days"
 AUTO_TAG = "auto_tag"
+KEEP_TEXT = texts.SETTING
 # Settings held as one value each (sessions and memories merge their fields).
-PLAIN = (SANITIZE, HALF_LIFE, AUTO_TAG)
+PLAIN = (SANITIZE, HALF_LIFE, AUTO_TAG, KEEP_TEXT)
 
 
 def whole_project(scope: Scope) -> None:
@@ -52,6 +54,7 @@ def view(scope: Scope, doc: dict[str, Any]) -> dict[str, Any]:
         SANITIZE: redaction.enabled(doc),
         HALF_LIFE: _half_life(doc),
         AUTO_TAG: bool(doc.get(AUTO_TAG, False)),
+        KEEP_TEXT: texts.enabled(doc),
         "sessions": session_settings.parse(doc.get(session_settings.KEY)).as_dict(),
         "memories": {"llm_tokens_per_day": memory_settings.own(doc.get(memory_settings.KEY))},
     }
@@ -76,6 +79,8 @@ async def change(session: AsyncSession, scope: Scope, *, changes: SettingsChange
             await tenants.clear_project_setting(session, scope, key=key)
         else:
             await tenants.set_project_setting(session, scope, key=key, value=given[key])
+    if KEEP_TEXT in given:
+        texts.forget(scope)
     if "sessions" in given:
         if changes.sessions is None:
             await tenants.clear_project_setting(session, scope, key=session_settings.KEY)

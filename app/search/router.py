@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import Query, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.deps import NoteIdDep, ReadScope, SessionDep
+from app.grounding.schemas import CitationOut
 from app.notes.schemas import NoteOut
 from app.notes.views import ItemView
 from app.search import disclosure, ranking, service
@@ -51,11 +53,15 @@ async def search(
     Filters by tags, time and id glob apply inside both searches and to the
     context. Or, with `similar_to`, the notes nearest in meaning to a stored
     note."""
-    result = await _run_find(body, request, response, scope, session)
+    result = await _run_find(body, request, response, scope, session, cite=body.cite)
     notes = [_scored(v, s) for v, s in result.items]
     for note, (why, bias) in zip(notes, result.explained or [], strict=False):
         note.explain = _explanation(why, bias)
+    for note, cited in zip(notes, result.citations or [], strict=False):
+        note.citation = CitationOut.of(cited) if cited is not None else None
+    extra = {"citation_warning": result.citation_warning} if result.citation_warning else {}
     return SearchResponse(
+        **extra,
         notes=notes,
         deep_groups=[
             DeepGroup(id=primary, items=[_scored(v, s) for v, s in group])
@@ -94,14 +100,20 @@ WARNING_HEADER = "Warning"
 
 
 async def _run_find(
-    body: SearchRequest, request: Request, response: Response, scope: Scope, session: AsyncSession
+    body: SearchRequest,
+    request: Request,
+    response: Response,
+    scope: Scope,
+    session: AsyncSession,
+    *,
+    cite: bool = False,
 ) -> service.SearchResult:
     result = await service.find(
         session,
         scope,
         embedder=request.app.state.embedder,
         cache=request.app.state.query_cache,
-        data=_find_input(body),
+        data=dataclasses.replace(_find_input(body), cite=cite),
     )
     if result.warning:
         response.headers[WARNING_HEADER] = f'199 keepmem "{result.warning}"'
@@ -129,6 +141,7 @@ def _find_input(body: SearchRequest) -> service.FindInput:
         explain=body.explain,
         include_superseded=body.include_superseded,
         as_of=body.as_of,
+        per_document=body.per_document,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from app.grounding.schemas import CitationOut
 from app.kit.ids import MAX_ID_LENGTH
 from app.notes.schemas import NoteOut
 from app.wire import MAX_OFFSET
@@ -81,6 +82,19 @@ class SearchRequest(BaseModel):
         description="Return with each result how its score came about (stage scores, "
         "relevance, each bonus, bias). /v1/search only; compact lines carry none.",
     )
+    cite: StrictBool = Field(
+        default=False,
+        description="Return with each result a citation (not stored): a passage's exact "
+        "quote, span, context, page and the sha256 of its note's text; a short note's whole "
+        "text. Needs the project to keep text (keep_text); /v1/search only.",
+    )
+    per_document: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="At most this many results of one document (a note and its passages): "
+        "the rest of the page goes to the next documents.",
+    )
 
 
 class Explanation(BaseModel):
@@ -132,6 +146,9 @@ class ScoredNote(NoteOut):
         "find."
     )
     explain: Explanation | None = Field(default=None, description="With explain: true.")
+    citation: CitationOut | None = Field(
+        default=None, description="With cite: true (null where the text is not kept)."
+    )
 
 
 class DeepGroup(BaseModel):
@@ -147,6 +164,9 @@ class SearchResponse(BaseModel):
     mode: str = Field(description="hybrid, text (no vectors yet) or similar")
     pending_embedding: int = Field(
         description="Notes not yet embedded, so not yet findable by meaning."
+    )
+    citation_warning: str | None = Field(
+        default=None, description="With cite: why some results carry no citation."
     )
 
 

