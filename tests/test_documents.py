@@ -44,16 +44,18 @@ async def note(client, t, note_id: str) -> dict:
 
 async def test_text_pdf_docx_pptx_mp3_uploads(client, tenant, make_pipeline) -> None:
     pdf = docs.text_pdf(["Quarterly revenue grew in Lisbon"], title="Annual report", author="Ana")
-    await upload(client, tenant, pdf, "report.pdf", "application/pdf", tags={"author": "Me"})
+    await upload(
+        client, tenant, pdf, "report.pdf", "application/pdf", id="report.pdf", tags={"author": "Me"}
+    )
     word = docs.docx_file(
         title="Launch plan",
         author="Bo Lind",
         paragraphs=["The rocket launches in May."],
         table=[["stage", "fuel"], ["first", "kerosene"]],
     )
-    await upload(client, tenant, word, "plan.docx", "application/octet-stream")
+    await upload(client, tenant, word, "plan.docx", "application/octet-stream", id="plan.docx")
     deck = docs.pptx_file(title="Roadmap", author="Cy", slides=[("Kayaks", "Ship the kayak")])
-    await upload(client, tenant, deck, "deck.pptx", "application/octet-stream")
+    await upload(client, tenant, deck, "deck.pptx", "application/octet-stream", id="deck.pptx")
     song = docs.mp3_file(
         {
             "title": "Ocean Song",
@@ -63,7 +65,7 @@ async def test_text_pdf_docx_pptx_mp3_uploads(client, tenant, make_pipeline) -> 
             "year": "2019",
         }
     )
-    await upload(client, tenant, song, "song.mp3", "audio/mpeg")
+    await upload(client, tenant, song, "song.mp3", "audio/mpeg", id="song.mp3")
     await run_all(make_pipeline(), client, tenant)
 
     assert await found(client, tenant, "revenue Lisbon") == ["report.pdf"]
@@ -91,12 +93,12 @@ async def test_text_pdf_docx_pptx_mp3_uploads(client, tenant, make_pipeline) -> 
 
 async def test_images_and_scans_get_ocr_later(client, tenant, make_pipeline, db) -> None:
     png = docs.text_image(["Invoice 4471 from Acme Widgets"])
-    first = await upload(client, tenant, png, "invoice.png", "image/png")
+    first = await upload(client, tenant, png, "invoice.png", "image/png", id="invoice.png")
     assert first["pending"] == ["ocr"] and "text to follow" in first["summary"]
     photo = docs.photo_with_exif()
     await upload(client, tenant, photo, "ferry.jpg", "image/jpeg", id="ferry")
     scan = docs.scanned_pdf(["Lease agreement for Flat 12", "Rent is due monthly"])
-    await upload(client, tenant, scan, "lease.pdf", "application/pdf")
+    await upload(client, tenant, scan, "lease.pdf", "application/pdf", id="lease.pdf")
     assert await found(client, tenant, "Acme invoice") == []  # not yet
     await run_all(make_pipeline(), client, tenant)
     await run_all(make_pipeline(), client, tenant)  # then embedding and summary
@@ -220,7 +222,7 @@ async def test_optional_media_description_over_the_openai_wire_format(
 
     vendor = Vendor(summary="A red lighthouse on a rocky shore at sunset.")
     png = docs.text_image(["Harbour"])
-    await upload(client, tenant, png, "photo.png", "image/png")
+    await upload(client, tenant, png, "photo.png", "image/png", id="photo.png")
     with VendorServer(vendor) as server:
         pipeline = make_pipeline(media_provider="openai", media_base_url=server.url + "/v1")
         await run_all(pipeline, client, tenant)

@@ -4,6 +4,8 @@ mapping with a transport that answers chosen failures."""
 
 from __future__ import annotations
 
+import hashlib
+
 import httpx
 import pytest
 from keepmem_client import (
@@ -54,8 +56,10 @@ async def test_async_sdk_round_trip(km) -> None:
     assert {"auth", "t0"} <= {d["id"] for d in exported[1:]}
     done = await km.import_([{"id": "imp", "summary": "imported"}])
     assert done.imported == 1
-    uploaded = await km.upload(b"# Title\n\nBody text.", filename="doc.md")
-    assert uploaded.id == "doc.md"
+    body = b"# Title\n\nBody text."
+    uploaded = await km.upload(body, filename="doc.md")
+    assert uploaded.id == "%" + hashlib.sha256(body).hexdigest()[:12]  # named by content
+    assert uploaded.tags["filename"] == "doc.md"
     jobs = await km.jobs(kind="embed")
     assert jobs.jobs and all(j.kind == "embed" for j in jobs.jobs)
     gone = await km.delete("auth")

@@ -7,14 +7,20 @@ user's: a key the user gave, now or before, keeps the user's value. An
 upload's text is read and sanitised in the request, so the original file is
 never stored; only images that still need OCR are held, until their job is
 done. Text that is still to come is announced by a placeholder summary.
+
+A document's segments (its pages, slides, sheets, cues: ``app.kit.spans``)
+travel with its text to the note, their offsets kept right through
+sanitising (``sanitized``) and the content cap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,7 +30,8 @@ from app.ingest import extract as extractors
 from app.ingest import repository as repo
 from app.jobs import repository as jobs
 from app.jobs.kinds import JobKind
-from app.kit import redaction
+from app.kit import redaction, spans
+from app.kit.spans import Segment
 from app.notes import repository as notes
 from app.notes import service as note_service
 from app.notes.views import ItemView, split_system
@@ -45,6 +52,7 @@ class Document:
     tags: dict[str, str]
     images: list[bytes]  # still to be OCR'd
     note: str = ""
+    segments: list[Segment] = field(default_factory=list)
 
 
 async def read(
@@ -63,7 +71,14 @@ async def read(
     tags = {k: v[:4096] for k, v in found.tags.items() if _TAG_KEY.match(k) and v and v.strip()}
     if filename and "filename" not in tags:
         tags["filename"] = filename[:4096]
-    return Document(kind=kind, text=found.text, tags=tags, images=found.images, note=found.note)
+    return Document(
+        kind=kind,
+        text=found.text,
+        tags=tags,
+        images=found.images,
+        note=found.note,
+        segments=found.segments,
+    )
 
 
 async def recognize(
@@ -88,10 +103,67 @@ async def recognize(
     return "\n\n".join(texts), confidence
 
 
-def _clean(doc_text: str, tags: Mapping[str, str], enabled: bool) -> tuple[str, dict[str, str]]:
+def sanitized(text: str, segments: Sequence[Segment]) -> tuple[str, list[Segment]]:
+    """``text`` sanitised, and its segments moved to where their text went.
+
+    The text is always exactly what sanitising the whole gives (never less
+    redacted for having segments). Each segment's slice is cleaned on its own
+    and the starts recomputed from the cleaned lengths; that agrees with the
+    whole unless a redaction straddles a boundary (a ``<private>`` span or a
+    key block running over a page break), and then markers carried through
+    the whole text's cleaning place the segments (a segment whose start was
+    inside removed text is dropped: the one before it covers what is left)."""
+    whole = redaction.clean(text)
+    ordered = _in_range(segments, len(text))
+    if not ordered:
+        return whole, []
+    cuts = [0, *(s.start for s in ordered), len(text)]
+    pieces = [redaction.clean(text[a:b]) for a, b in pairwise(cuts)]
+    if "".join(pieces) == whole:
+        out, at = [], len(pieces[0])
+        for segment, piece in zip(ordered, pieces[1:], strict=True):
+            out.append(Segment(at, segment.where, segment.hard))
+            at += len(piece)
+        return whole, _in_range(out, len(whole))
+    return whole, _placed_by_markers(text, ordered, whole)
+
+
+def _in_range(segments: Sequence[Segment], length: int) -> list[Segment]:
+    """Segments inside a text of ``length`` characters, in order; of several
+    starting at one offset (those before it came out empty) the last."""
+    by_start = {s.start: s for s in sorted(segments, key=lambda s: s.start) if s.start < length}
+    return list(by_start.values())
+
+
+def _placed_by_markers(text: str, ordered: list[Segment], whole: str) -> list[Segment]:
+    mark = next((chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text), None)
+    if mark is None:
+        return []
+    cuts = [s.start for s in ordered]
+    marked = "".join(
+        f"{mark}{i}{mark}" + text[a:b]
+        for i, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(text)], strict=True))
+    )
+    cleaned = redaction.clean(text[: cuts[0]] + marked)
+    pattern = re.compile(f"{re.escape(mark)}([0-9]+){re.escape(mark)}")
+    out: list[Segment] = []
+    removed = 0
+    for m in pattern.finditer(cleaned):
+        segment = ordered[int(m.group(1))]
+        out.append(Segment(m.start() - removed, segment.where, segment.hard))
+        removed += len(m.group(0))
+    if pattern.sub("", cleaned) != whole:  # a redaction swallowed a marker: no places
+        return []
+    return _in_range(out, len(whole))
+
+
+def _clean(
+    doc_text: str, segments: Sequence[Segment], tags: Mapping[str, str], enabled: bool
+) -> tuple[str, list[Segment], dict[str, str]]:
     if not enabled:
-        return doc_text, dict(tags)
-    return redaction.clean(doc_text), {k: redaction.clean(v) for k, v in tags.items()}
+        return doc_text, _in_range(segments, len(doc_text)), dict(tags)
+    text, moved = sanitized(doc_text, segments)
+    return text, moved, {k: redaction.clean(v) for k, v in tags.items()}
 
 
 async def store(
@@ -107,28 +179,32 @@ async def store(
     uri: str | None = None,
     placeholder: str | None = None,
     analyze: bool = False,
+    segments: Sequence[Segment] = (),
 ) -> ItemView:
-    """Put a document's text as the note's content; user tags win over found ones."""
+    """Put a document's text as the note's content; user tags win over found
+    ones. Its segments go along, as far as the content cap keeps the text."""
     enabled = await tenants.sanitizing(session, scope)
-    text, found = _clean(text, found_tags, enabled)
+    text, moved, found = _clean(text, segments, found_tags, enabled)
     existing = await notes.get(session, scope, note_id)
     given = dict(user_tags or {})
     kept = split_system(existing.tags)[0] if existing is not None else {}
     tags: dict[str, Any] = {k: v for k, v in found.items() if k not in given and k not in kept}
     tags.update(given)
     if placeholder is None and not text.strip():
-        text = f"({content_type} document with no readable text)"
+        text, moved = f"({content_type} document with no readable text)", []
+    text = text[: limits.max_content_chars]
     return await note_service.put(
         session,
         scope,
         data=note_service.PutInput(
-            content=text[: limits.max_content_chars],
+            content=text,
             id=note_id,
             uri=uri,
             tags=tags,
             content_type=content_type,
             placeholder=placeholder,
             analyze=analyze and placeholder is None,
+            segments=_in_range(moved, len(text)),
         ),
         limits=limits,
     )
@@ -144,6 +220,7 @@ class Delivered:
     content_type: str
     uri: str | None = None
     analyze: bool = False
+    segments: Sequence[Segment] = ()  # of ``text`` (what OCR appended has none)
 
 
 async def deliver(
@@ -161,6 +238,7 @@ async def deliver(
         limits=limits,
         uri=doc.uri,
         analyze=doc.analyze,
+        segments=doc.segments,
     )
 
 
@@ -176,9 +254,17 @@ async def upload(
     limits: Limits,
     max_upload_bytes: int,
     max_pdf_pages: int,
+    transcribe: bool = False,
 ) -> ItemView:
     """A file sent to ``POST /v1/upload``: read and sanitised now; its images
-    (photos, scanned pages) queued for OCR with a placeholder until then."""
+    (photos, scanned pages) queued for OCR with a placeholder until then;
+    audio, when ``transcribe`` (a transcriber is configured), held for its
+    ``transcribe`` job the same way.
+
+    Without an id the note's id is ``%`` and the first 12 hex digits of the
+    file's sha256 (the form keep gives text put without an id): the same
+    bytes sent twice are one note, two different files both called
+    ``report.pdf`` are two. The file name is kept in the ``filename`` tag."""
     if len(data) > max_upload_bytes:
         raise PayloadTooLarge(f"file is {len(data)} bytes; the limit is {max_upload_bytes}")
     if not data:
@@ -190,7 +276,7 @@ async def upload(
     except ProviderError as exc:  # unreadable or hostile file, missing reader
         raise DocumentUnreadable(str(exc)) from exc
     name = filename or "upload"
-    target = note_service.valid_id(note_id or name)
+    target = note_service.valid_id(note_id or "%" + hashlib.sha256(data).hexdigest()[:12])
     if doc.images:
         text = doc.text or f"{name}: {doc.kind}, text to follow (OCR)"
         view = await store(
@@ -203,9 +289,10 @@ async def upload(
             content_type=doc.kind,
             limits=limits,
             placeholder="ocr",
+            segments=doc.segments if doc.text else (),
         )
         enabled = await tenants.sanitizing(session, scope)
-        layer, found = _clean(doc.text, doc.tags, enabled)
+        layer, layer_segments, found = _clean(doc.text, doc.segments, doc.tags, enabled)
         job_id = await jobs.enqueue(
             session,
             scope,
@@ -216,11 +303,17 @@ async def upload(
                 "tags": found,
                 "user_tags": dict(user_tags or {}),
                 "content_type": doc.kind,
+                "segments": spans.to_json(layer_segments),
             },
         )
         await repo.hold_images(session, scope, target, job_id, doc.images)
         view.pending = sorted({*view.pending, JobKind.OCR.value})
         return view
+    if transcribe and doc.kind.startswith("audio/"):
+        return await _hold_audio(
+            session, scope, note_id=target, name=name, data=data, doc=doc,
+            user_tags=user_tags, limits=limits,
+        )  # fmt: skip
     return await store(
         session,
         scope,
@@ -230,7 +323,52 @@ async def upload(
         user_tags=user_tags,
         content_type=doc.kind,
         limits=limits,
+        segments=doc.segments,
     )
+
+
+async def _hold_audio(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    name: str,
+    data: bytes,
+    doc: Document,
+    user_tags: Mapping[str, Any] | None,
+    limits: Limits,
+) -> ItemView:
+    """Audio to transcribe: its metadata line now, as a placeholder; the file
+    held (like an image for OCR) until its ``transcribe`` job is done."""
+    view = await store(
+        session,
+        scope,
+        note_id=note_id,
+        text=f"{doc.text}\n({name}: {doc.kind}, transcript to follow)",
+        found_tags=doc.tags,
+        user_tags=user_tags,
+        content_type=doc.kind,
+        limits=limits,
+        placeholder="transcription",
+    )
+    enabled = await tenants.sanitizing(session, scope)
+    line, _, found = _clean(doc.text, (), doc.tags, enabled)
+    job_id = await jobs.enqueue(
+        session,
+        scope,
+        kind=JobKind.TRANSCRIBE,
+        note_id=note_id,
+        payload={
+            "text": line,
+            "tags": found,
+            "user_tags": dict(user_tags or {}),
+            "content_type": doc.kind,
+            "filename": name,
+        },
+    )
+    await repo.hold_images(session, scope, note_id, job_id, [data])
+    view.pending = sorted({*view.pending, JobKind.TRANSCRIBE.value})
+    return view
 
 
 async def held_images(session: AsyncSession, scope: Scope, *, job_id: int) -> list[bytes]:

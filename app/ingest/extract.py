@@ -2,18 +2,27 @@
 
 HTML (scripts, styles, navigation and other chrome removed; title), PDF (the
 text layer via pypdf; pages without one hand their images to OCR; at most
-``max_pdf_pages`` pages), DOCX and PPTX (text, tables, slides; author and
-title), images (dimensions, camera, date taken; the image goes to OCR), audio
-(artist, album, genre, year, duration), plain text and Markdown (YAML front
-matter becomes tags). Guards: Pillow's pixel limit against decompression
-bombs, size and ratio checks on Office zip files, and any file a parser
-cannot read is a clear permanent error (never a retry loop).
+``max_pdf_pages`` pages), DOCX, PPTX and XLSX (text, tables, slides, sheets;
+author and title), SRT and WebVTT subtitles (cue text with its times), images
+(dimensions, camera, date taken; the image goes to OCR), audio (artist,
+album, genre, year, duration), plain text and Markdown (YAML front matter
+becomes tags). Guards: Pillow's pixel limit against decompression bombs,
+size and ratio checks on Office zip files, a cell budget for workbooks, and
+any file a parser cannot read is a clear permanent error (never a retry loop).
+
+Formats with places in them say where each stretch of the text came from
+(``segments``, see ``app.kit.spans``): a PDF's pages, a deck's slides, a
+workbook's sheets, a subtitle file's cues. Their offsets are those of the
+text returned, so each reader builds its text piece by piece (``_joined``)
+rather than tidying the whole afterwards, which would move them.
 
 Everything here is synchronous and CPU-bound: callers run it in a thread.
 """
 
 from __future__ import annotations
 
+import codecs
+import datetime
 import io
 import re
 import zipfile
@@ -21,15 +30,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.ingest import subtitles
+from app.kit.spans import MAX_SEGMENTS, Segment
 from app.providers.errors import MissingDependency, PermanentError
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+SRT = "application/x-subrip"
+VTT = "text/vtt"
+# What else SRT files are declared as (there is no registered type).
+SRT_ALIASES = (SRT, "text/srt", "application/srt", "text/x-srt")
 ZIP_MAX_UNPACKED = 256 * 2**20
 ZIP_MAX_RATIO = 100
 ZIP_MAX_ENTRIES = 10_000
 MAX_IMAGE_PIXELS = 64_000_000
 SCANNED_PAGE_CHARS = 20  # a page with less text than this is treated as a scan
+# Cells read from one workbook, empty ones included: what bounds the work
+# (and the text) of a sheet declaring a million rows or a 16,384-column row.
+MAX_WORKBOOK_CELLS = 200_000
 
 _SUFFIX_TYPES = {
     ".html": "text/html",
@@ -40,6 +59,9 @@ _SUFFIX_TYPES = {
     ".pdf": "application/pdf",
     ".docx": DOCX,
     ".pptx": PPTX,
+    ".xlsx": XLSX,
+    ".srt": SRT,
+    ".vtt": VTT,
     ".png": "image/png",
     ".jpg": "image/jpeg",
     ".jpeg": "image/jpeg",
@@ -65,18 +87,25 @@ class Extracted:
     tags: dict[str, str] = field(default_factory=dict)
     images: list[bytes] = field(default_factory=list)  # for OCR, in reading order
     note: str = ""  # what was left out (page cap), for the job result
+    segments: list[Segment] = field(default_factory=list)  # where each stretch of text came from
 
 
 def media_type(content_type: str | None, filename: str | None, data: bytes) -> str:
     """The media type to read ``data`` as: the declared one unless it is
-    generic, else the file name's suffix, else the bytes' signature."""
+    generic, else the file name's suffix, else the bytes' signature.
+
+    Subtitles are the exception: browsers declare ``.srt`` and ``.vtt`` files
+    as ``text/plain``, which would read their timings as prose."""
     declared = (content_type or "").split(";")[0].strip().lower()
+    suffix = ""
+    if filename and "." in filename:
+        suffix = "." + filename.rsplit(".", 1)[-1].lower()
+    if declared == "text/plain" and suffix in (".srt", ".vtt"):
+        return _SUFFIX_TYPES[suffix]
     if declared and declared not in ("application/octet-stream", "binary/octet-stream"):
         return declared
-    if filename:
-        suffix = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
-        if suffix in _SUFFIX_TYPES:
-            return _SUFFIX_TYPES[suffix]
+    if suffix in _SUFFIX_TYPES:
+        return _SUFFIX_TYPES[suffix]
     head = data[:16]
     if head.startswith(b"%PDF"):
         return "application/pdf"
@@ -99,6 +128,8 @@ def extract(
         (lambda k: k == "application/pdf", lambda: _pdf(data, max_pdf_pages)),
         (lambda k: k == DOCX, lambda: _docx(data)),
         (lambda k: k == PPTX, lambda: _pptx(data)),
+        (lambda k: k == XLSX, lambda: _xlsx(data)),
+        (lambda k: k in SRT_ALIASES or k == VTT, lambda: _cues(data, charset)),
         (lambda k: k.startswith("image/"), lambda: _image(data)),
         (lambda k: k.startswith("audio/"), lambda: _audio(data)),
         (
@@ -132,6 +163,26 @@ def _decode(data: bytes, charset: str | None) -> str:
 def _tidy(text: str) -> str:
     lines = [" ".join(line.split()) for line in text.splitlines()]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def _joined(
+    pieces: list[tuple[str, dict[str, Any]]], sep: str, *, hard: bool = False
+) -> tuple[str, list[Segment]]:
+    """The pieces' texts joined by ``sep``, and a segment for each (saying
+    where it came from) starting at its offset in the result. Empty pieces
+    are left out: a segment always has text."""
+    parts: list[str] = []
+    segments: list[Segment] = []
+    at = 0
+    for text, where in pieces:
+        if not text:
+            continue
+        if parts:
+            at += len(sep)
+        segments.append(Segment(at, where, hard))
+        parts.append(text)
+        at += len(text)
+    return sep.join(parts), segments
 
 
 # -- text and Markdown -------------------------------------------------------------
@@ -258,9 +309,9 @@ def _pptx(data: bytes) -> Extracted:
     except ImportError as exc:
         raise MissingDependency("pptx", "python-pptx") from exc
     deck = pptx.Presentation(io.BytesIO(data))
-    lines: list[str] = []
+    slides: list[tuple[str, dict[str, Any]]] = []
     for number, slide in enumerate(deck.slides, start=1):
-        lines.append(f"Slide {number}")
+        lines = [f"Slide {number}"]
         for shape in slide.shapes:
             if getattr(shape, "has_text_frame", False) and shape.text_frame.text.strip():
                 lines.append(shape.text_frame.text)
@@ -270,8 +321,105 @@ def _pptx(data: bytes) -> Extracted:
         notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
         if notes is not None and notes.text.strip():
             lines.append(notes.text)
+        slides.append((_tidy("\n".join(lines)), {"slide": number}))
     tags = _core_tags(deck.core_properties) | {"slides": str(len(deck.slides))}
-    return Extracted(text=_tidy("\n".join(lines)), tags=tags)
+    text, segments = _joined(slides, "\n\n")
+    return Extracted(text=text, tags=tags, segments=segments)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # 3.0 is how a spreadsheet stores the integer 3
+    if isinstance(value, datetime.datetime) and value.time() == datetime.time():
+        return value.date().isoformat()  # a date: spreadsheets keep them as midnights
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return " ".join(str(value).split())
+
+
+def _xlsx(data: bytes) -> Extracted:
+    """Each worksheet a hard segment: "Sheet: <title>", then a line per
+    non-empty row, cells joined by " | " (cached formula values, not the
+    formulas). At most MAX_WORKBOOK_CELLS cells are read; the note says where
+    reading stopped."""
+    _check_zip(data)
+    try:
+        import openpyxl
+    except ImportError as exc:
+        raise MissingDependency("xlsx", "openpyxl") from exc
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        sheets: list[tuple[str, dict[str, Any]]] = []
+        budget, stopped = MAX_WORKBOOK_CELLS, ""
+        worksheets = book.worksheets
+        for index, sheet in enumerate(worksheets):
+            if budget <= 0:
+                stopped = stopped or f"sheets from {sheet.title!r} on"
+                break
+            # The declared dimensions are the writer's word: rows are read as
+            # they are in the file instead (a lying size neither hides cells
+            # nor makes millions of empty ones).
+            sheet.reset_dimensions()
+            lines = [f"Sheet: {sheet.title}"]
+            for number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
+                budget -= max(len(row), 1)
+                if budget < 0:
+                    later = len(worksheets) - index - 1
+                    stopped = f"sheet {sheet.title!r} from row {number} on" + (
+                        f" and {later} later sheet(s)" if later else ""
+                    )
+                    break
+                cells = [_cell(v) for v in row]
+                while cells and not cells[-1]:
+                    cells.pop()
+                while cells and not cells[0]:
+                    cells.pop(0)
+                if cells:
+                    lines.append(" | ".join(cells))
+            sheets.append(("\n".join(lines), {"sheet": sheet.title}))
+        props = book.properties
+        tags = {"sheets": str(len(worksheets))}
+    finally:
+        book.close()
+    for key, value in (("title", props.title), ("author", props.creator)):
+        if value and str(value).strip():
+            tags[key] = str(value).strip()
+    text, segments = _joined(sheets, "\n\n", hard=True)
+    note = f"only the first {MAX_WORKBOOK_CELLS} cells: {stopped} left out" if stopped else ""
+    return Extracted(text=text, tags=tags, note=note, segments=segments)
+
+
+# -- subtitles ---------------------------------------------------------------------
+
+
+def _cues(data: bytes, charset: str | None) -> Extracted:
+    """SRT or WebVTT: a line per cue (markup removed, a voice's name kept as
+    "Name: "), each its own segment with the cue's start and end in seconds."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raw = data.decode("utf-16")
+    else:
+        raw = _decode(data, charset)
+    found = subtitles.parse(raw.replace("\x00", ""))
+    if not found.cues:
+        raise UnreadableDocument(
+            "no subtitle cues found"
+            + (f" ({found.malformed} with malformed times)" if found.malformed else "")
+            + ": expected cues like '00:00:01,000 --> 00:00:04,000' followed by their text"
+        )
+    cues = found.cues[:MAX_SEGMENTS]
+    text, segments = _joined(
+        [(c.text, {"start_s": c.start_s, "end_s": c.end_s}) for c in cues], "\n"
+    )
+    left_out = []
+    if found.malformed:
+        left_out.append(f"{found.malformed} cue(s) with malformed times")
+    if len(found.cues) > len(cues):
+        left_out.append(f"{len(found.cues) - len(cues)} cue(s) over {MAX_SEGMENTS}")
+    tags = {"cues": str(len(cues)), "duration": f"{round(max(c.end_s for c in cues))}s"}
+    note = "left out: " + ", ".join(left_out) if left_out else ""
+    return Extracted(text=text, tags=tags, note=note, segments=segments)
 
 
 # -- PDF ---------------------------------------------------------------------------
@@ -286,12 +434,12 @@ def _pdf(data: bytes, max_pages: int) -> Extracted:
     if reader.is_encrypted:
         raise UnreadableDocument("the PDF is encrypted")
     pages = reader.pages
-    texts: list[str] = []
+    texts: list[tuple[str, dict[str, Any]]] = []
     images: list[bytes] = []
-    for page in list(pages)[:max_pages]:
+    for number, page in enumerate(list(pages)[:max_pages], start=1):
         text = page.extract_text() or ""
         if len(text.strip()) >= SCANNED_PAGE_CHARS:
-            texts.append(text)
+            texts.append((_tidy(text), {"page": number}))
             continue
         for image in page.images:  # a scanned page: its pictures go to OCR
             images.append(image.data)
@@ -303,7 +451,8 @@ def _pdf(data: bytes, max_pages: int) -> Extracted:
             if value and str(value).strip():
                 tags[key] = str(value).strip()
     note = f"only the first {max_pages} of {len(pages)} pages" if len(pages) > max_pages else ""
-    return Extracted(text=_tidy("\n\n".join(texts)), tags=tags, images=images, note=note)
+    text, segments = _joined(texts, "\n\n")
+    return Extracted(text=text, tags=tags, images=images, note=note, segments=segments)
 
 
 # -- images and audio ----------------------------------------------------------------
