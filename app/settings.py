@@ -25,6 +25,9 @@ class Limits:
     max_list_limit: int = 1000
     max_fts_chars: int = 200_000
     graph_extraction: bool = True  # queue extract_graph jobs (graph_provider != "none")
+    # A note longer than this (characters) is cut into passages (a chunk job),
+    # when chunking is on; 0 turns chunking off.
+    chunk_min_chars: int = 2000
 
 
 class Settings(BaseSettings):
@@ -179,6 +182,16 @@ class Settings(BaseSettings):
     summarization_api_key: SecretStr | None = None
     summarization_base_url: str = ""
     summary_context_notes: int = 5
+    # Speech to text for audio documents: off unless a provider is named
+    # (then an audio file's note holds its transcript, with times).
+    transcription_provider: str = Field(
+        default="none",
+        description="none (audio is stored as its metadata line) or openai "
+        "(OpenAI-compatible POST /audio/transcriptions).",
+    )
+    transcription_model: str = "whisper-1"
+    transcription_api_key: SecretStr | None = None
+    transcription_base_url: str = ""
     # Coding-agent sessions (app.sessions): compressing events with a model
     # is off unless a provider is named; a project's tokens per UTC day are
     # capped by session_llm_tokens_per_day (a project may set less).
@@ -201,6 +214,22 @@ class Settings(BaseSettings):
     memory_llm_tokens_per_day: int = Field(default=500_000, ge=0)
     part_target_chars: int = 1200
     analyze_min_chars: int = 300
+    # Grounding (app.grounding): long notes cut into passages by MiniLM tokens.
+    chunk_passages: bool = Field(
+        default=True, description="Cut long notes into passages (parts with spans)."
+    )
+    chunk_min_chars: int = Field(
+        default=2000,
+        ge=100,
+        description="Notes longer than this (characters) get a chunk job; the job cuts "
+        "those longer than the model's window (254 tokens) into passages.",
+    )
+    passage_tokens: int = Field(
+        default=200, ge=16, le=254, description="A passage's size in MiniLM tokens."
+    )
+    passage_overlap: int = Field(
+        default=50, ge=0, le=127, description="Tokens a passage shares with the one before."
+    )
 
     # Background jobs.
     job_max_attempts: int = 5
@@ -218,7 +247,8 @@ class Settings(BaseSettings):
     dispatch_background_inflight: int = Field(
         default=3,
         ge=1,
-        description="Of those, at most this many background jobs (graph extraction, counts).",
+        description="Of those, at most this many background jobs (graph extraction, passages, "
+        "counts).",
     )
     dispatch_background_per_tenant: int = Field(
         default=2, ge=1, description="Background jobs in flight per tenant."
@@ -346,6 +376,7 @@ class Settings(BaseSettings):
             max_list_limit=self.max_list_limit,
             max_fts_chars=self.max_fts_chars,
             graph_extraction=self.graph_provider != "none",
+            chunk_min_chars=self.chunk_min_chars if self.chunk_passages else 0,
         )
 
     @property

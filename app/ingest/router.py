@@ -1,4 +1,4 @@
-"""File upload."""
+"""File upload and same-site crawls."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from fastapi import File, Form, UploadFile
 
 from app.deps import LimitsDep, SessionDep, SettingsDep, WriteScope
 from app.errors import BadRequest, PayloadTooLarge
-from app.ingest import documents
+from app.ingest import crawl, documents
+from app.ingest.schemas import CrawlIn, CrawlStarted
+from app.kit.fetch import FetchPolicy
 from app.middleware import UPLOAD_PATH
 from app.notes.schemas import NoteOut
 from app.wire import api_router, loads
@@ -28,14 +30,28 @@ async def upload(
     session: SessionDep,
     limits: LimitsDep,
     settings: SettingsDep,
-    file: Annotated[UploadFile, File(description="HTML, PDF, DOCX, PPTX, image, audio, text")],
-    id: Annotated[str | None, Form(description="Note id (default: the file name).")] = None,
+    file: Annotated[
+        UploadFile,
+        File(description="HTML, PDF, DOCX, PPTX, XLSX, SRT, WebVTT, image, audio, text"),
+    ],
+    id: Annotated[
+        str | None,
+        Form(description="Note id (default: % and the first 12 hex digits of the file's sha256)."),
+    ] = None,
     tags: Annotated[str | None, Form(description='Tags as JSON: {"key": "value"}.')] = None,
 ) -> NoteOut:
     """Store a document as a note: its text (sanitised) becomes the content,
     what it says about itself (title, author, camera, artist …) becomes tags
     under the ones you give. Photos and scanned pages get a placeholder now
-    and their OCR text shortly after (job `ocr`). The file itself is not kept."""
+    and their OCR text shortly after (job `ocr`); so does audio, its transcript
+    with times (job `transcribe`), when the server has a transcription
+    provider (else its metadata line is its text). The file itself is not kept.
+
+    Without `id`, the note is named by the file's content (`%` and 12 hex
+    digits of its sha256): sending the same file again updates that note,
+    two different files of one name are two notes. The file name is kept in
+    the `filename` tag. Where a format has places (PDF pages, slides, sheets,
+    subtitle cues), the note knows which part of its text came from which."""
     user_tags: dict[str, Any] | None = None
     if tags:
         try:
@@ -58,5 +74,35 @@ async def upload(
         limits=limits,
         max_upload_bytes=settings.max_upload_bytes,
         max_pdf_pages=settings.max_pdf_pages,
+        transcribe=settings.transcription_provider != "none",
     )
     return NoteOut.of(view)
+
+
+@router.post(
+    "/crawl",
+    response_model=CrawlStarted,
+    status_code=202,
+    summary="Crawl a site",
+    responses={400: {"description": "The root is refused by the fetch rules, or bad tags."}},
+)
+async def start_crawl(
+    body: CrawlIn, scope: WriteScope, session: SessionDep, settings: SettingsDep
+) -> CrawlStarted:
+    """Store a page and the pages of the same site it links to, each as a
+    note (id = its URL, tag `crawl` = the root), within the depth, page and
+    byte limits; robots.txt is obeyed. The root is checked now (a refused
+    address is a 400 and nothing is queued); the crawl runs in the
+    background as `crawl` jobs, each a batch of pages whose result says what
+    was stored and skipped (robots, off-site, refused, errors) and names the
+    next job."""
+    started = await crawl.start(
+        session,
+        scope,
+        uri=body.uri,
+        limits=crawl.CrawlLimits(body.max_depth, body.max_pages, body.max_bytes),
+        tags=body.tags,
+        path_prefix=body.path_prefix,
+        policy=FetchPolicy.for_settings(settings),
+    )
+    return CrawlStarted.of(started)

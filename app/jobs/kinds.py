@@ -22,12 +22,16 @@ class JobKind(StrEnum):
     MEMORY_EXTRACT = "memory_extract"  # a thread's new messages: memories, reconciled
     AUTO_TAG = "auto_tag"  # the project's model picks a written note's constrained tags
     # (queued after its embedding, when the project's settings say auto_tag)
+    CHUNK = "chunk"  # cut a long note into passages: parts with spans, vectors, full text
     EDGE_BACKFILL = "edge_backfill"  # a tag became (or stopped being) an edge tag: the
     # edges of the notes that hold it, a batch at a time
+    CRAWL = "crawl"  # a bounded same-site crawl, a batch of pages a job; the next batch
+    # is queued with the crawl's state (frontier, seen URLs, pages and bytes used)
+    TRANSCRIBE = "transcribe"  # an uploaded audio file's speech to text, then store it
 
 
 #: Kinds that read a note's held content; it is let go when none remain open.
-CONTENT_KINDS = ("embed", "summarize", "analyze", "extract_graph")
+CONTENT_KINDS = ("embed", "summarize", "analyze", "extract_graph", "chunk")
 
 
 class Lane(StrEnum):
@@ -36,8 +40,8 @@ class Lane(StrEnum):
     many of their jobs are in flight, in all and per tenant."""
 
     FOREGROUND = "foreground"  # what a put waits for: embedding, summaries, documents
-    BACKGROUND = "background"  # priority >= BACKGROUND_PRIORITY: graph extraction, counts
-    REMOTE = "remote"  # waits on another host: webhook deliveries, fetches of note URIs
+    BACKGROUND = "background"  # priority >= BACKGROUND_PRIORITY: graph, passages, counts
+    REMOTE = "remote"  # waits on another host: webhook deliveries, fetches, crawls
 
 
 class JobStatus(StrEnum):

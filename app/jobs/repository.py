@@ -123,7 +123,7 @@ _OPEN = (JobStatus.PENDING.value, JobStatus.DISPATCHED.value, JobStatus.RUNNING.
 
 BACKGROUND_PRIORITY = 9  # graph extraction, term counts: after everything else
 #: Kinds that wait on someone else's server (a tarpit holds them to their timeout).
-REMOTE_KINDS = (JobKind.WEBHOOK.value, JobKind.FETCH.value)
+REMOTE_KINDS = (JobKind.WEBHOOK.value, JobKind.FETCH.value, JobKind.CRAWL.value)
 
 #: A job's lane (app.jobs.kinds.Lane) in SQL.
 LANE = case(

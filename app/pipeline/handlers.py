@@ -19,6 +19,7 @@ from app.graph import service as graph
 from app.ingest import documents
 from app.jobs import outbox
 from app.jobs.kinds import JobKind
+from app.kit import spans
 from app.kit.fetch import FetchPolicy, fetch
 from app.memories import extraction
 from app.models import Note
@@ -26,12 +27,13 @@ from app.notes import derived
 from app.notes import repository as notes
 from app.notes import service as note_service
 from app.notes.repository import vectors
-from app.pipeline import autotag, prompt_docs
+from app.pipeline import autotag, grounding_jobs, ingest_handlers, prompt_docs
 from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
 from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
 from app.providers.extraction_llm import MalformedReply
+from app.providers.graph.base import Extraction, extract_all
 from app.providers.summarization.base import RelatedNote
 from app.retention import service as retention
 from app.search.fulltext import service as term_stats_service
@@ -192,7 +194,10 @@ async def extract_graph(run: JobRun) -> None:
         await _release(session, [run], [note])
         return counts | {"extractor": p.graph().name}
 
-    await on_current_note(run, load=load, compute=p.graph().extract, apply=apply)
+    async def compute(text: str) -> Extraction:
+        return await extract_all(p.graph(), text)
+
+    await on_current_note(run, load=load, compute=compute, apply=apply)
 
 
 async def analyze(run: JobRun) -> None:
@@ -331,6 +336,8 @@ async def fetch_document(run: JobRun) -> None:
     text, found = doc.text, dict(doc.tags)
     if doc.images:
         text, found, _ = await _with_ocr(p, doc.images, text, found)
+    heard = await ingest_handlers.heard(p, got.data, doc, got.url)  # audio, when configured
+    text = heard.text if heard is not None else text
     result = {"url": got.url, "bytes": len(got.data), "type": doc.kind, "chars": len(text)}
     await _store_document(
         run,
@@ -341,6 +348,7 @@ async def fetch_document(run: JobRun) -> None:
             content_type=doc.kind,
             uri=uri,
             analyze=bool(payload.get("analyze")),
+            segments=heard.segments if heard is not None else doc.segments,
         ),
         result | ({"note": doc.note} if doc.note else {}),
     )
@@ -360,6 +368,7 @@ async def ocr(run: JobRun) -> None:
         found_tags=found,
         user_tags=payload.get("user_tags") or {},
         content_type=str(payload.get("content_type") or "image/png"),
+        segments=spans.from_json(payload.get("segments")),
     )
     await _store_document(
         run, delivered, {"images": len(images), "chars": len(seen)}, release_images=True
@@ -512,4 +521,7 @@ HANDLERS: dict[JobKind, Handler] = {
     JobKind.MEMORY_EXTRACT: _one(memory_extract),
     JobKind.AUTO_TAG: _one(auto_tag),
     JobKind.EDGE_BACKFILL: _one(edge_backfill),
+    JobKind.CHUNK: _one(grounding_jobs.chunk),
+    JobKind.CRAWL: _one(ingest_handlers.crawl),
+    JobKind.TRANSCRIBE: _one(ingest_handlers.transcribe),
 }

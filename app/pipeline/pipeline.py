@@ -10,12 +10,13 @@ from app.db import Database
 from app.providers.compression import Compressor
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.extraction import Extractor
-from app.providers.factory import make_describer, make_graph_extractor
+from app.providers.factory import make_describer, make_graph_extractor, make_transcriber
 from app.providers.graph.base import GraphExtractor
 from app.providers.media.describe import Describer
 from app.providers.ocr.base import OCR
 from app.providers.ocr.base import registry as ocr_engines
 from app.providers.summarization.base import Summarizer
+from app.providers.transcription.base import Transcriber
 from app.settings import Settings
 
 
@@ -33,12 +34,20 @@ class Pipeline:
     describer_instance: Describer | None = None
     compressor: Compressor | None = None  # sessions' model (session_llm_provider)
     extractor: Extractor | None = None  # memories' model (memory_llm_provider)
+    transcriber_instance: Transcriber | None = None  # speech to text (transcription_provider)
 
     def describer(self) -> Describer | None:
         """The optional image describer (media_provider), loaded on first use."""
         if self.describer_instance is None:
             self.describer_instance = make_describer(self.settings)
         return self.describer_instance
+
+    def transcriber(self) -> Transcriber | None:
+        """Speech to text for audio documents (transcription_provider), made
+        on first use; None when none is configured."""
+        if self.transcriber_instance is None:
+            self.transcriber_instance = make_transcriber(self.settings)
+        return self.transcriber_instance
 
     def graph(self) -> GraphExtractor:
         """The entity/relation extractor, loaded on first use."""
@@ -61,3 +70,5 @@ class Pipeline:
             await self.compressor.aclose()
         if self.extractor is not None:
             await self.extractor.aclose()
+        if self.transcriber_instance is not None:
+            await self.transcriber_instance.aclose()

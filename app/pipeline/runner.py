@@ -37,6 +37,9 @@ __all__ = ["Pipeline", "backoff", "run", "run_batch"]
 log = logging.getLogger("keepmem.pipeline")
 
 VECTOR_KINDS = (JobKind.EMBED.value, JobKind.REINDEX.value)
+#: Kinds whose note shows a placeholder until they deliver; one that fails
+#: for good says so in the placeholder's summary.
+DOCUMENT_KINDS = (JobKind.FETCH.value, JobKind.OCR.value, JobKind.TRANSCRIBE.value)
 
 
 def backoff(settings: Settings, attempts: int) -> float:
@@ -129,9 +132,9 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
             error=f"{type(exc).__name__}: {exc}",
             retry_in_seconds=retry,
         )
-        if retry is None and job.kind == JobKind.OCR.value:
+        if retry is None and job.kind in (JobKind.OCR.value, JobKind.TRANSCRIBE.value):
             await documents.release_images(session, scope, job_id=job.id)
-        if retry is None and job.kind in (JobKind.FETCH.value, JobKind.OCR.value):
+        if retry is None and job.kind in DOCUMENT_KINDS:
             # The placeholder says what happened instead of promising text.
             await derived.give_up(session, scope, note_id=job_run.note_id, reason=str(exc))
     return "dead" if retry is None else "retry"

@@ -17,6 +17,8 @@ from app.providers.media.describe import Describer
 from app.providers.media.describe import registry as describers
 from app.providers.summarization.base import Summarizer
 from app.providers.summarization.base import registry as summarizers
+from app.providers.transcription.base import Transcriber
+from app.providers.transcription.base import registry as transcribers
 from app.settings import Settings
 
 
@@ -81,6 +83,21 @@ def make_describer(settings: Settings) -> Describer | None:
         model=settings.media_model,
         api_key=key,
         base_url=settings.media_base_url,
+    )
+
+
+def make_transcriber(settings: Settings) -> Transcriber | None:
+    """Speech to text for audio documents, or None when transcription_provider is "none"."""
+    if settings.transcription_provider == "none":
+        return None
+    key = (
+        settings.transcription_api_key.get_secret_value() if settings.transcription_api_key else ""
+    )
+    return transcribers.create(
+        settings.transcription_provider,
+        model=settings.transcription_model,
+        api_key=key,
+        base_url=settings.transcription_base_url,
     )
 
 

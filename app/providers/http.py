@@ -24,6 +24,28 @@ async def post_json(
         response = await client.post(url, json=json, headers=headers, params=params)
     except (httpx.TimeoutException, httpx.TransportError) as exc:
         raise TransientError(f"{vendor}: {type(exc).__name__}: {exc}") from exc
+    return _json_body(response, vendor)
+
+
+async def post_form(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    data: dict[str, Any],
+    files: dict[str, tuple[str, bytes, str]],
+    headers: dict[str, str] | None = None,
+    vendor: str,
+) -> dict[str, Any]:
+    """POST multipart/form-data (a file upload) and return the JSON body,
+    failures mapped as ``post_json`` maps them."""
+    try:
+        response = await client.post(url, data=data, files=files, headers=headers)
+    except (httpx.TimeoutException, httpx.TransportError) as exc:
+        raise TransientError(f"{vendor}: {type(exc).__name__}: {exc}") from exc
+    return _json_body(response, vendor)
+
+
+def _json_body(response: httpx.Response, vendor: str) -> dict[str, Any]:
     if response.status_code == 429 or response.status_code >= 500:
         raise TransientError(f"{vendor}: HTTP {response.status_code}: {response.text[:300]}")
     if response.status_code >= 400:
