@@ -66,3 +66,38 @@ class Reached(Node):
 class Walk(BaseModel):
     start: Node
     reached: list[Reached] = Field(description="Nearest first.")
+
+
+class PredicateCount(BaseModel):
+    predicate: str
+    count: int
+
+
+class TopicCount(BaseModel):
+    topic: str = Field(description="A `topic` tag value, case-folded (the node `topic:<value>`).")
+    notes: int
+
+
+class Components(BaseModel):
+    count: int = Field(description="Connected components of the entity-relation graph.")
+    largest: int = Field(description="Entities in the largest component.")
+    isolated: int = Field(description="Entities no relation touches (components of one).")
+    relation_pairs: int = Field(description="Distinct (subject, object) pairs read.")
+    capped: bool = Field(description="True when more pairs exist than were read (`limit`).")
+    limit: int
+
+
+class GraphStats(BaseModel):
+    entities: int
+    entities_by_kind: dict[str, int]
+    mentions: int
+    notes_with_mentions: int = Field(description="Notes with at least one mention.")
+    relations: int
+    relations_by_predicate: list[PredicateCount] = Field(description="The top 20, most first.")
+    note_edges: int = Field(description="Edges between notes (edge tags, provenance).")
+    note_edges_by_predicate: list[PredicateCount]
+    topics: int = Field(description="Distinct `topic` tag values of visible notes.")
+    notes_with_topics: int
+    top_topics: list[TopicCount] = Field(description="The top 10, most notes first.")
+    top_entities: list[EntityListed] = Field(description="The top 10 by mentioning notes.")
+    components: Components

@@ -1,6 +1,8 @@
 """The graph around notes: entities, mentions and relations found by
-extraction (``store_extraction``), and walks over them and over the tag
-edges that the notes domain keeps (``app.notes.edges``)."""
+extraction (``store_extraction``), walks over them and over the tag edges
+that the notes domain keeps (``app.notes.edges``), and the whole graph taken
+away (``export_graph``: GraphML or CSV, with topic nodes from ``topic`` tags)
+or counted (``stats``)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import BadRequest, EntityNotFound, NoteNotFound
+from app.graph import export
 from app.graph import repository as repo
-from app.kit.ids import InvalidId, normalize_id
+from app.kit.ids import InvalidId, is_part_id, normalize_id
+from app.kit.tags import InvalidTags, values_of
 from app.notes import repository as notes
 from app.notes.edges import STUB_SOURCE, edge_target
 from app.notes.repository import edges
@@ -199,3 +203,172 @@ async def incoming(
             {"source_id": source_id, "summary": summary, "date": updated.date().isoformat()}
         )
     return out
+
+
+# -- taking the graph away: export and statistics ------------------------------------
+
+EXPORT_ROWS = 100_000  # per table; a cut table is flagged, never silently short
+COMPONENT_RELATIONS = 100_000  # relation pairs the component count reads at most
+SUMMARY_CHARS = 200
+TOPIC = "topic"  # the tag whose values become topic nodes
+FORMATS = ("graphml", "csv")
+
+
+def _cut(rows: list[Any], table: str, truncated: list[str]) -> list[Any]:
+    """``rows`` (read with one row beyond the cap) cut to the cap."""
+    if len(rows) > EXPORT_ROWS:
+        truncated.append(table)
+    return rows[:EXPORT_ROWS]
+
+
+async def _topics(
+    session: AsyncSession, scope: Scope, truncated: list[str]
+) -> list[tuple[str, str, str]]:
+    """(topic, value as written, note id) for every value of every visible
+    note's ``topic`` tag (a list holds several). The topic is the value
+    case-folded, as tag filters compare values, so ``River`` and ``river``
+    are one topic node."""
+    rows = await repo.tag_values(
+        session, scope, key=TOPIC, exclude_source=STUB_SOURCE, limit=EXPORT_ROWS
+    )
+    out: list[tuple[str, str, str]] = []
+    for note_id, raw in rows[:EXPORT_ROWS]:
+        try:
+            values = values_of(raw, TOPIC)
+        except InvalidTags:
+            continue
+        out.extend((v.casefold(), v, note_id) for v in values if v)
+    if len(rows) > EXPORT_ROWS or len(out) > EXPORT_ROWS:
+        truncated.append("topics")
+    return out[:EXPORT_ROWS]
+
+
+async def _table(
+    session: AsyncSession, scope: Scope, table: str, truncated: list[str]
+) -> list[Any]:
+    if table == "topics":
+        return await _topics(session, scope, truncated)
+    rows: list[Any]
+    if table == "entities":
+        rows = await repo.all_entities(session, scope, limit=EXPORT_ROWS)
+    elif table == "mentions":
+        rows = await repo.all_mentions(session, scope, limit=EXPORT_ROWS)
+    elif table == "relations":
+        rows = await repo.all_relations(session, scope, limit=EXPORT_ROWS)
+    else:
+        rows = await repo.all_edges(session, scope, limit=EXPORT_ROWS)
+    return _cut(rows, table, truncated)
+
+
+async def export_graph(
+    session: AsyncSession, scope: Scope, *, format: str, table: str | None
+) -> export.Exported:
+    """The graph the caller can see, as one GraphML document or one CSV
+    table; each table holds at most ``EXPORT_ROWS`` rows and says so when cut."""
+    truncated: list[str] = []
+    if format == "csv":
+        if table not in export.TABLES:
+            raise BadRequest(f"format=csv needs table, one of: {', '.join(export.TABLES)}")
+        cut = await _table(session, scope, table, truncated)
+        return export.Exported(
+            body=export.csv_text(table, cut),
+            media_type=export.CSV_MEDIA_TYPE,
+            filename=f"graph-{table}.csv",
+            truncated=bool(truncated),
+        )
+    if format != "graphml":
+        raise BadRequest(f"format must be one of: {', '.join(FORMATS)}")
+    if table is not None:
+        raise BadRequest("table applies to format=csv only (GraphML holds every table)")
+    found = {t: await _table(session, scope, t, truncated) for t in export.TABLES}
+    rows = export.GraphRows(
+        entities=found["entities"],
+        mentions=found["mentions"],
+        relations=found["relations"],
+        edges=found["edges"],
+        topics=found["topics"],
+        truncated=truncated,
+    )
+    heads = await repo.note_heads(
+        session, scope, sorted(export.note_ids(rows)), summary_chars=SUMMARY_CHARS
+    )
+    for note_id in export.note_ids(rows):
+        summary, source = heads.get(note_id, ("", ""))
+        rows.notes[note_id] = export.NoteHead(
+            summary=summary, part=is_part_id(note_id), stub=source == STUB_SOURCE
+        )
+    return export.Exported(
+        body=export.graphml(rows),
+        media_type=export.GRAPHML_MEDIA_TYPE,
+        filename="graph.graphml",
+        truncated=bool(truncated),
+    )
+
+
+def components(pairs: Sequence[tuple[str, str]]) -> tuple[int, int, int]:
+    """(components, entities in them, size of the largest) of the undirected
+    graph the pairs draw (union-find with path halving)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[ra] = rb
+    sizes: dict[str, int] = {}
+    for x in parent:
+        r = root(x)
+        sizes[r] = sizes.get(r, 0) + 1
+    return len(sizes), len(parent), max(sizes.values(), default=0)
+
+
+async def stats(session: AsyncSession, scope: Scope) -> dict[str, Any]:
+    """Counts over the graph the caller can see. Counts are exact; the
+    connected components of the entity-relation graph are computed here over
+    at most ``COMPONENT_RELATIONS`` relation pairs (``capped`` says when
+    more exist). Entities no relation touches are components of one."""
+    kinds = await repo.entity_kinds(session, scope)
+    counts = await repo.graph_counts(session, scope)
+    topic_notes, topic_count, top_topics = await repo.tag_value_counts(
+        session, scope, key=TOPIC, exclude_source=STUB_SOURCE, limit=10
+    )
+    pairs = await repo.relation_pairs(session, scope, limit=COMPONENT_RELATIONS)
+    capped = len(pairs) > COMPONENT_RELATIONS
+    pairs = pairs[:COMPONENT_RELATIONS]
+    linked, related, largest = components(pairs)
+    entities = sum(kinds.values())
+    isolated = max(entities - related, 0)
+    top = await repo.most_mentioned(session, scope, limit=10)
+    return {
+        "entities": entities,
+        "entities_by_kind": kinds,
+        **counts,
+        "relations_by_predicate": [
+            {"predicate": p, "count": n}
+            for p, n in await repo.predicate_counts(session, scope, edges=False, limit=20)
+        ],
+        "note_edges_by_predicate": [
+            {"predicate": p, "count": n}
+            for p, n in await repo.predicate_counts(session, scope, edges=True, limit=100)
+        ],
+        "topics": topic_count,
+        "notes_with_topics": topic_notes,
+        "top_topics": [{"topic": t, "notes": n} for t, n in top_topics],
+        "top_entities": [
+            {"key": k, "name": name, "kind": kind, "notes": n} for k, name, kind, n in top
+        ],
+        "components": {
+            "count": linked + isolated,
+            "largest": max(largest, 1 if isolated else 0),
+            "isolated": isolated,
+            "relation_pairs": len(pairs),
+            "capped": capped,
+            "limit": COMPONENT_RELATIONS,
+        },
+    }
