@@ -84,6 +84,7 @@ async def verify_given(body: CitationCheck, scope: ReadScope, session: SessionDe
 
 @router.get("/citations/{citation_id}", response_model=CitationOut, summary="Get a citation")
 async def get_citation(citation_id: str, scope: ReadScope, session: SessionDep) -> CitationOut:
+    """A stored citation, as it was made (verify checks it against the note now)."""
     return CitationOut.of(await citations.get(session, scope, citation_id=citation_id))
 
 
@@ -91,6 +92,7 @@ async def get_citation(citation_id: str, scope: ReadScope, session: SessionDep) 
 async def delete_citation(
     citation_id: str, scope: WriteScope, session: SessionDep
 ) -> dict[str, str]:
+    """Forget a citation (the note is not touched)."""
     await citations.delete(session, scope, citation_id=citation_id)
     return {"deleted": citation_id}
 

@@ -84,7 +84,6 @@ async def upload(
     response_model=CrawlStarted,
     status_code=202,
     summary="Crawl a site",
-    responses={400: {"description": "The root is refused by the fetch rules, or bad tags."}},
 )
 async def start_crawl(
     body: CrawlIn, scope: WriteScope, session: SessionDep, settings: SettingsDep
