@@ -324,3 +324,38 @@ def test_graph_windows_cover_a_long_text_and_spans_point_into_it() -> None:
     both = merged([(0, one), (cut[1][0], one)])
     assert [text[e.start : e.end] for e in both.entities] == ["Alice", "Bob"] * 2
     assert both.relations[1].subject == 2 and both.relations[1].start == cut[1][0]
+
+
+async def test_admin_rechunk_command_queues_every_project(client, tenant, stack) -> None:
+    """`keepmem admin rechunk <tenant>`: each project's long notes with text
+    go to the worker again; those without text are counted, not lost."""
+    import json
+    import subprocess
+
+    from tests.conftest import SECRET
+    from tests.test_cli import CLI, _env
+
+    await settings(client, tenant, keep_text=True)
+    await put(client, tenant, id="kept", content=long_text())
+    other = tenant.project("second")
+    r = await client.post("/v1/notes", json={"id": "held", "content": long_text()}, headers=other)
+    assert r.status_code == 200, r.text
+    env = {**_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
+    done = subprocess.run(
+        [*CLI, "admin", "rechunk", tenant.name],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)
+    assert counts["default"]["queued"] == 1 and counts["second"]["queued"] == 1
+    one = subprocess.run(
+        [*CLI, "admin", "rechunk", tenant.name, "--project", "second"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert list(json.loads(one.stdout)) == ["second"]

@@ -18,6 +18,7 @@ from app import tenancy
 from app.audit import repository as audit
 from app.auth import service as auth_service
 from app.errors import BadRequest, ProjectLimit, ProjectNotFound, TenantExists
+from app.grounding import passages
 from app.kit.ids import InvalidId, validate_project_slug
 from app.models import Project, Tenant
 from app.notes import service as notes_service
@@ -125,6 +126,28 @@ async def seed_every_project(session: AsyncSession) -> int:
             scope = scope_for_project(project.tenant_id, project.id, project.slug)
             written += await notes_service.seed_system_docs(session, scope, backfill=True)
     return written
+
+
+async def rechunk(
+    session: AsyncSession, tenant_id: uuid.UUID, *, project: str | None, min_chars: int
+) -> dict[str, dict[str, int]]:
+    """Queue chunk jobs for every long note (with held or kept text) of a
+    tenant's projects (or one), through the pipeline: per project slug, the
+    jobs queued and the long notes whose text is no longer there."""
+    out: dict[str, dict[str, int]] = {}
+    for row in await tenants.list_projects(session, tenant_for_admin(tenant_id)):
+        if project is not None and row.slug != project:
+            continue
+        scope = scope_for_project(row.tenant_id, row.id, row.slug)
+        counts = {"queued": 0, "without_text": 0}
+        after: str | None = ""
+        while after is not None:
+            done = await passages.rechunk(session, scope, min_chars=min_chars, after=after)
+            counts["queued"] += done.queued
+            counts["without_text"] += done.without_text
+            after = done.next_after
+        out[row.slug] = counts
+    return out
 
 
 async def usage_of(session: AsyncSession, tenant_id: uuid.UUID, redis: Any) -> dict[str, Any]:

@@ -428,6 +428,13 @@ def cmd_admin(args: argparse.Namespace) -> int:
                         return await accounts.usage_of(session, tenant.id, None)
                     if args.admin_command == "usage":
                         return await accounts.usage_of(session, tenant.id, None)
+                    if args.admin_command == "rechunk":
+                        return await accounts.rechunk(
+                            session,
+                            tenant.id,
+                            project=args.project,
+                            min_chars=settings.chunk_min_chars,
+                        )
                     if args.admin_command == "erase-tenant":
                         if not args.yes:
                             raise SystemExit(
@@ -548,6 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
             default=argparse.SUPPRESS,
             metavar="N|none",
         )
+    rc = admin_sub.add_parser(
+        "rechunk",
+        parents=[common],
+        help="cut a tenant's long notes into passages again (those whose text is held or "
+        "kept), through the worker",
+    )
+    rc.add_argument("tenant", help="tenant name")
+    rc.add_argument("--project", help="one project's slug (default: every project)")
     us = admin_sub.add_parser("usage", parents=[common], help="a tenant's usage and quotas")
     us.add_argument("tenant", help="tenant name")
     et = admin_sub.add_parser(
