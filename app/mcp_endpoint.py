@@ -65,8 +65,9 @@ class McpEndpoint:
         # service's logging is its own, so it is put back as it was.
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
-        # Prompts are listed per request: each caller's project's own.
-        server = build(lambda: _client.get())
+        # Prompts are listed per request: each caller's project's own. A file
+        # to ingest comes as content: a path would name this server's files.
+        server = build(lambda: _client.get(), files=False)
         root.setLevel(level)
         root.handlers[:] = handlers
         # The SDK logs a line (a traceback for a crash) per failed request:

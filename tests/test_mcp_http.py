@@ -342,3 +342,88 @@ async def test_get_streams_are_capped_per_tenant_and_end(settings, make_tenant) 
             again = asyncio.create_task(hold(tenant))
             assert await opened.get() == 200
             await again
+
+
+async def test_documents_over_mcp_ingest_find_cite_and_verify(
+    settings, tenant, client, make_pipeline
+) -> None:
+    """A document ingested by URI (fetched by the worker) and one as base64
+    content (a path would name the server's files), cut into passages,
+    found with citations that verify valid; a stored citation; bad input
+    and a refused crawl are tool errors with keepmem's reason."""
+    import base64
+
+    from app.main import create_app
+    from tests.conftest import serving
+    from tests.docserver import serving as web_serving
+    from tests.test_grounding import NEEDLE, long_text, work
+
+    local = {"fetch_allow_networks": ["127.0.0.1/32"], "rate_limit_per_minute": 0}
+    headers = {"Authorization": f"Bearer {tenant.key}"}
+    text = long_text()
+    with web_serving() as web, serving(create_app(settings.model_copy(update=local))) as url:
+        page = web.add(
+            "/tides.txt", "Spring tides come two days after the full moon.", "text/plain"
+        )
+        r = httpx.patch(f"{url}/v1/settings", json={"keep_text": True}, headers=headers)
+        assert r.status_code == 200, r.text
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert {"ingest", "find", "cite", "verify_citation", "distill", "crawl"} <= set(tools)
+            ingest = tools["ingest"]
+            schema = json.dumps(getattr(ingest, "input_schema", None) or ingest.inputSchema)
+            assert "content_base64" in schema and '"path"' not in schema
+
+            async def called(tool: str, args: dict) -> object:
+                result = await session.call_tool(tool, args)
+                assert not _failed(result), _text(result)
+                return json.loads(_text(result))
+
+            fetched = await called("ingest", {"uri": page, "tags": {"topic": "sea"}})
+            assert fetched["id"] == page and fetched["pending"] == ["fetch"]
+            content = base64.b64encode(text.encode()).decode()
+            note = await called("ingest", {"content_base64": content, "filename": "report.md"})
+            assert note["id"].startswith("%") and note["tags"]["filename"] == "report.md"
+            await work(make_pipeline(**local), client, tenant)
+            assert web.routes.hits == ["/tides.txt"]
+
+            found = await called("find", {"query": "when do spring tides come?", "limit": 3})
+            assert found["results"][0]["id"] == page
+            assert found["results"][0]["citation"]["quote"] == (
+                "Spring tides come two days after the full moon."
+            )
+            found = await called(
+                "find", {"query": "who fixed the fog horn with a bicycle chain?", "limit": 5,
+                         "per_document": 2}
+            )  # fmt: skip
+            hits = [h for h in found["results"] if h["id"].startswith(note["id"] + "@P{")]
+            assert 0 < len(hits) <= 2 and "citation_warning" not in found
+            cited = next(h["citation"] for h in hits if NEEDLE in h["citation"]["quote"])
+            assert cited["quote"] == text[cited["start"] : cited["end"]]
+            verdict = await called("verify_citation", {"citation": cited})
+            assert verdict["status"] == "valid", verdict
+            stored = await called("cite", {"note": note["id"], "quote": NEEDLE})
+            assert stored["quote"] == NEEDLE and stored["stored"] is True
+            assert (await called("verify_citation", {"id": stored["id"]}))["status"] == "valid"
+            made = await called(
+                "distill", {"sources": [stored["id"]], "subject": "lighthouse",
+                            "statement": "The fog horn was mended with a bicycle chain."}
+            )  # fmt: skip
+            assert made["op"] == "add" and made["rendered_by"] == "agent"
+            assert made["provenance"][0]["citation"] == stored["id"]
+
+            bad = await session.call_tool("ingest", {"content_base64": "%%%", "filename": "x.md"})
+            assert _failed(bad) and "not base64" in _text(bad)
+            neither = await session.call_tool("verify_citation", {})
+            assert _failed(neither) and "one of id or citation" in _text(neither)
+            missing = await session.call_tool("verify_citation", {"id": "cit_" + "0" * 20})
+            assert _failed(missing) and "citation_not_found" in _text(missing)
+            crawl = await session.call_tool(
+                "crawl", {"uri": "http://169.254.169.254/", "max_depth": 0}
+            )
+            assert _failed(crawl) and "400" in _text(crawl)

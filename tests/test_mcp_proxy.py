@@ -40,7 +40,8 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
         assert set(tools) == {"remember", "recall", "get", "context", "timeline", "tag",
                               "forget", "versions", "add_messages", "memories", "memory",
                               "thread_context", "sessions", "session_timeline",
-                              "session_patterns", "resume_context"}  # fmt: skip
+                              "session_patterns", "resume_context", "ingest", "find", "cite",
+                              "verify_citation", "distill", "crawl"}  # fmt: skip
         assert tools["remember"].description and "content" in json.dumps(
             tools["remember"].inputSchema
             if hasattr(tools["remember"], "inputSchema")
@@ -179,6 +180,70 @@ async def test_an_agent_remembers_a_memory_once_and_reads_its_thread(live_url, t
         assert note["id"] == "ferry-note" and "op" not in note
         missing = await session.call_tool("thread_context", {"thread_id": "no-such-thread"})
         assert _failed(missing) and "note_not_found" in _text(missing)
+
+
+async def test_an_agent_ingests_a_file_finds_it_cited_and_verifies(
+    live_url, tenant, client, make_pipeline, tmp_path
+) -> None:
+    """ingest reads a path on the proxy's machine; the worker cuts the
+    document into passages; find cites them, verify_citation says valid,
+    then changed once the file is ingested again with the sentence edited."""
+    import httpx
+
+    from tests.test_grounding import NEEDLE, long_text
+    from tests.test_pipeline import run_job
+
+    agent = tenant.project("agent")
+    r = httpx.patch(f"{live_url}/v1/settings", json={"keep_text": True}, headers=agent)
+    assert r.status_code == 200, r.text
+    text = long_text()
+    document = tmp_path / "report.md"
+    document.write_text(text)
+
+    async def work() -> None:  # the worker, for the proxy's project
+        pipeline = make_pipeline()
+        for _ in range(3):
+            r = await client.get("/v1/jobs", params={"status": "pending"}, headers=agent)
+            for job in reversed(r.json()["jobs"]):
+                await run_job(pipeline, tenant, job["id"])
+
+    async with (
+        stdio_client(_params(live_url, tenant.key)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+
+        async def called(tool: str, args: dict) -> object:
+            result = await session.call_tool(tool, args)
+            assert not _failed(result), _text(result)
+            return json.loads(_text(result))
+
+        note = await called("ingest", {"path": str(document), "tags": {"kind": "report"}})
+        assert note["id"].startswith("%") and note["tags"]["filename"] == "report.md"
+        await work()
+        found = await called("find", {"query": "who fixed the fog horn with a bicycle chain?"})
+        cited = next(
+            h["citation"] for h in found["results"]
+            if h.get("citation") and NEEDLE in h["citation"]["quote"]
+        )  # fmt: skip
+        assert cited["note"] == note["id"] and cited["quote"] == text[cited["start"] : cited["end"]]
+        assert (await called("verify_citation", {"citation": cited}))["status"] == "valid"
+        stored = await called("cite", {"note": note["id"], "quote": NEEDLE})
+        part = {"note": note["id"], "part": cited["part"]}
+        made = await called("distill", {"sources": [part], "statement": "Chains mend horns."})
+        assert made["provenance"][0]["target"] == f"{note['id']}@P{{{cited['part']}}}"
+        wrong = await session.call_tool("distill", {"sources": [part], "prompt": "poems"})
+        assert _failed(wrong) and "prompt" in _text(wrong)
+        document.write_text(text.replace("bicycle chain", "length of rope"))
+        again = await called("ingest", {"path": str(document), "id": note["id"]})
+        assert again["id"] == note["id"]
+        verdict = await called("verify_citation", {"id": stored["id"]})
+        assert verdict["status"] == "changed" and "no longer" in verdict["diagnosis"]
+
+        missing = await session.call_tool("ingest", {"path": str(tmp_path / "nope.pdf")})
+        assert _failed(missing) and "cannot read" in _text(missing)
+        both = await session.call_tool("ingest", {"path": str(document), "uri": "https://x.org"})
+        assert _failed(both) and "one of uri or path" in _text(both)
 
 
 def test_a_bad_key_is_a_clear_error(live_url) -> None:

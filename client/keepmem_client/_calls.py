@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -16,6 +18,7 @@ FIND_FIELDS = (
     "query", "similar_to", "tags", "since", "until", "scope", "limit", "include_self",
     "include_hidden", "include_parts", "include_versions", "bias", "stages",
     "half_life_days", "deep", "deep_follow_depth", "include_superseded", "as_of",
+    "per_document",
 )  # fmt: skip
 
 
@@ -56,8 +59,9 @@ def get(note_id: str) -> Call[m.Note]:
     return Call("GET", note_path(note_id), m.Note.model_validate, idempotent=True)
 
 
-def find(**params: Any) -> Call[m.SearchResult]:
-    body = clean({k: params.get(k) for k in FIND_FIELDS})
+def find(*, cite: bool = False, **params: Any) -> Call[m.SearchResult]:
+    # cite only when asked: a server older than citations refuses a field it lacks.
+    body = clean({k: params.get(k) for k in FIND_FIELDS}) | ({"cite": True} if cite else {})
     return Call("POST", "/v1/search", m.SearchResult.model_validate, json=body, idempotent=True)
 
 
@@ -66,6 +70,15 @@ def find_compact(token_budget: int | None = None, **params: Any) -> Call[m.Compa
     return Call(
         "POST", "/v1/search/compact", m.CompactResult.model_validate, json=body, idempotent=True
     )
+
+
+def upload_path(
+    path: os.PathLike[str], *, filename: str | None = None, id: str | None = None,
+    tags: Tags | None = None,
+) -> Call[m.Note]:  # fmt: skip
+    """A file on this machine, read whole (the server bounds an upload's size)."""
+    where = Path(path)
+    return upload(where.read_bytes(), filename=filename or where.name, id=id, tags=tags)
 
 
 def timeline(
@@ -160,6 +173,16 @@ def walk(
 ) -> Call[dict[str, Any]]:
     params = clean({"note": note, "entity": entity, "depth": depth, "limit": limit})
     return Call("GET", "/v1/graph/walk", dict, params=params, idempotent=True)
+
+
+def graph_export(*, format: str = "graphml", table: str | None = None) -> Call[str]:
+    # GraphML or one CSV table: the client reads the answer as text.
+    params = clean({"format": format, "table": table})
+    return Call("GET", "/v1/graph/export", str, params=params, idempotent=True)
+
+
+def graph_stats() -> Call[dict[str, Any]]:
+    return Call("GET", "/v1/graph/stats", dict, idempotent=True)
 
 
 def import_(documents: Sequence[Mapping[str, Any]], *, mode: str = "merge") -> Call[m.ImportResult]:

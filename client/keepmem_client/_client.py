@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import httpx
@@ -17,6 +19,7 @@ from keepmem_client import _calls as calls
 from keepmem_client import _models as m
 from keepmem_client._base import Call, Config, backoff, raise_for, should_retry
 from keepmem_client._errors import APIConnectionError, APIError, APITimeoutError
+from keepmem_client._grounding import AsyncGrounding, Grounding
 from keepmem_client._memories import AsyncMemories, Memories
 from keepmem_client._sessions import AsyncSessions, Sessions
 
@@ -27,6 +30,16 @@ def _send_error(exc: httpx.TransportError) -> APIConnectionError:
     if isinstance(exc, httpx.TimeoutException):
         return APITimeoutError(f"keepmem did not answer in time: {exc}")
     return APIConnectionError(f"cannot reach keepmem: {exc}")
+
+
+def _upload(
+    file: Any, *, filename: str | None, id: str | None, tags: calls.Tags | None
+) -> Call[m.Note]:
+    if isinstance(file, os.PathLike):
+        return calls.upload_path(file, filename=filename, id=id, tags=tags)
+    if filename is None:
+        raise TypeError("upload of bytes or a file object needs a filename")
+    return calls.upload(file, filename=filename, id=id, tags=tags)
 
 
 class SyncBase:
@@ -84,7 +97,7 @@ class SyncBase:
         return call.parse(response.json() if response.content else {})
 
 
-class Keepmem(SyncBase, Sessions, Memories):
+class Keepmem(SyncBase, Sessions, Memories, Grounding):
     """A keepmem client.
 
         with Keepmem() as km:                      # KEEPMEM_URL, KEEPMEM_API_KEY
@@ -99,7 +112,9 @@ class Keepmem(SyncBase, Sessions, Memories):
     Coding-agent sessions and collections (``sessions``, ``session_timeline``,
     ``resume_context``, ``save_collection`` ...) come from ``Sessions``;
     threads of messages and the memories formed from them (``add_messages``,
-    ``memories``, ``remember``, ``thread_context`` ...) from ``Memories``.
+    ``memories``, ``remember``, ``thread_context`` ...) from ``Memories``;
+    citations, crawls and distillation (``cite``, ``verify_citation``,
+    ``crawl``, ``distill`` ...) from ``Grounding``.
     """
 
     def put(self, content: str | None = None, **kwargs: Any) -> m.Note:
@@ -111,17 +126,29 @@ class Keepmem(SyncBase, Sessions, Memories):
         """Up to 100 notes (each a dict of ``put``'s fields) in one request."""
         return self._run(calls.put_many(notes))
 
-    def upload(self, file: Any, *, filename: str, **kwargs: Any) -> m.Note:
-        """A document (PDF, DOCX, image, ...) as a note; ``file`` is bytes or a file."""
-        return self._run(calls.upload(file, filename=filename, **kwargs))
+    def upload(
+        self, file: Any, *, filename: str | None = None, id: str | None = None,
+        tags: calls.Tags | None = None,
+    ) -> m.Note:  # fmt: skip
+        """A document (PDF, DOCX, XLSX, SRT, image, ...) as a note; ``file`` is
+        bytes, a file object, or a path (``pathlib.Path``: read here, its name
+        the ``filename`` unless given). Without ``id`` the note is named by
+        the file's content (``%`` and 12 hex digits of its sha256)."""
+        return self._run(_upload(file, filename=filename, id=id, tags=tags))
 
     def get(self, note_id: str) -> m.Note:
         """A note, ``ID@V{N}`` version or ``ID@P{N}`` part (NotFoundError if none)."""
         return self._run(calls.get(note_id))
 
-    def find(self, query: str | None = None, **params: Any) -> m.SearchResult:
-        """Hybrid find; every search parameter of ``POST /v1/search`` is a keyword."""
-        return self._run(calls.find(query=query, **params))
+    def find(
+        self, query: str | None = None, *, cite: bool = False, per_document: int | None = None,
+        **params: Any,
+    ) -> m.SearchResult:  # fmt: skip
+        """Hybrid find; every search parameter of ``POST /v1/search`` is a
+        keyword. ``cite``: each result with a ``citation`` (not stored; the
+        project must keep text); ``per_document``: at most this many results
+        of one document (a note and its passages)."""
+        return self._run(calls.find(query=query, cite=cite, per_document=per_document, **params))
 
     def find_compact(self, query: str | None = None, **params: Any) -> m.CompactResult:
         """The same find, one line per result, within ``token_budget``."""
@@ -173,6 +200,17 @@ class Keepmem(SyncBase, Sessions, Memories):
     def walk(self, **params: Any) -> dict[str, Any]:
         return self._run(calls.walk(**params))
 
+    def graph_export(self, format: str = "graphml", table: str | None = None) -> str:
+        """The graph as GraphML, or with ``format="csv"`` one ``table``
+        (entities, mentions, relations, edges, topics) as CSV."""
+        call = calls.graph_export(format=format, table=table)
+        return call.parse(self._send(call).text)
+
+    def graph_stats(self) -> dict[str, Any]:
+        """Counts of entities, mentions, relations, note edges and topics,
+        the most-mentioned entities and the entity graph's components."""
+        return self._run(calls.graph_stats())
+
     def export(self, *, include_system: bool = False) -> Iterator[dict[str, Any]]:
         """The project in keep's export format, streamed: the header, then one
         document at a time."""
@@ -214,7 +252,7 @@ class Keepmem(SyncBase, Sessions, Memories):
         return self._run(calls.update_settings(changes))
 
 
-class AsyncKeepmem(AsyncSessions, AsyncMemories):
+class AsyncKeepmem(AsyncSessions, AsyncMemories, AsyncGrounding):
     """``Keepmem`` for asyncio: the same methods, awaited (``list`` and
     ``export`` are async iterators)."""
 
@@ -275,14 +313,25 @@ class AsyncKeepmem(AsyncSessions, AsyncMemories):
     async def put_many(self, notes: Sequence[Mapping[str, Any]]) -> m.BatchOut:
         return await self._run(calls.put_many(notes))
 
-    async def upload(self, file: Any, *, filename: str, **kwargs: Any) -> m.Note:
-        return await self._run(calls.upload(file, filename=filename, **kwargs))
+    async def upload(
+        self, file: Any, *, filename: str | None = None, id: str | None = None,
+        tags: calls.Tags | None = None,
+    ) -> m.Note:  # fmt: skip
+        if isinstance(file, os.PathLike):  # read off the event loop
+            where = Path(file)
+            file, filename = await asyncio.to_thread(where.read_bytes), filename or where.name
+        return await self._run(_upload(file, filename=filename, id=id, tags=tags))
 
     async def get(self, note_id: str) -> m.Note:
         return await self._run(calls.get(note_id))
 
-    async def find(self, query: str | None = None, **params: Any) -> m.SearchResult:
-        return await self._run(calls.find(query=query, **params))
+    async def find(
+        self, query: str | None = None, *, cite: bool = False, per_document: int | None = None,
+        **params: Any,
+    ) -> m.SearchResult:  # fmt: skip
+        return await self._run(
+            calls.find(query=query, cite=cite, per_document=per_document, **params)
+        )
 
     async def find_compact(self, query: str | None = None, **params: Any) -> m.CompactResult:
         return await self._run(calls.find_compact(query=query, **params))
@@ -333,6 +382,13 @@ class AsyncKeepmem(AsyncSessions, AsyncMemories):
 
     async def walk(self, **params: Any) -> dict[str, Any]:
         return await self._run(calls.walk(**params))
+
+    async def graph_export(self, format: str = "graphml", table: str | None = None) -> str:
+        call = calls.graph_export(format=format, table=table)
+        return call.parse((await self._send(call)).text)
+
+    async def graph_stats(self) -> dict[str, Any]:
+        return await self._run(calls.graph_stats())
 
     async def export(self, *, include_system: bool = False) -> AsyncIterator[dict[str, Any]]:
         params = {"stream": "ndjson", "include_system": "true" if include_system else "false"}

@@ -24,6 +24,7 @@ class Note(_Model):
 
 class ScoredNote(Note):
     score: float
+    citation: Citation | None = None  # with find(cite=True); None where no text is kept
 
 
 class NotePage(_Model):
@@ -42,6 +43,7 @@ class SearchResult(_Model):
     deep_groups: list[DeepGroup] = Field(default_factory=list)
     mode: str
     pending_embedding: int = 0
+    citation_warning: str | None = None
 
 
 class CompactLine(_Model):
@@ -216,6 +218,7 @@ class ProjectSettings(_Model):
     sanitize: bool
     decay_half_life_days: float
     auto_tag: bool
+    keep_text: bool = False
     sessions: SessionSettings
     memories: dict[str, Any] = Field(default_factory=dict)
 
@@ -363,3 +366,105 @@ class MemorySpend(_Model):
     tokens_out: int
     refused: int
     budget: int
+
+
+# -- grounding: citations of passages, re-cutting, crawls ------------------------------
+
+
+class Citation(_Model):
+    """A span of a note's text, quoted exactly, with the sha256 of the whole
+    text it was read from (``verify`` re-reads it). ``stored`` is false for
+    the citations ``find(cite=True)`` returns (``verify_citation`` checks
+    them as given)."""
+
+    id: str = ""
+    note: str
+    version: int = 0
+    part: int | None = None
+    start: int
+    end: int
+    quote: str
+    before: str = ""
+    after: str = ""
+    text_sha256: str
+    source_uri: str | None = None
+    locator: dict[str, Any] = Field(
+        default_factory=dict, description="page (page_end), slide, sheet, start_s / end_s."
+    )
+    created_at: str | None = None
+    stored: bool = True
+
+
+class CitationPage(_Model):
+    citations: list[Citation]
+    next_cursor: str | None = None
+
+
+class CitationVerdict(_Model):
+    """What verify found: ``valid``, ``changed`` (see ``diagnosis``), ``gone``
+    (the note was deleted) or ``unverifiable`` (its project keeps no text)."""
+
+    status: str
+    diagnosis: str
+    quote_in_place: bool = False
+    found_at: list[int] | None = None
+    current_sha256: str | None = None
+    current_version: int | None = None
+    citation: Citation
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "valid"
+
+
+class RechunkResult(_Model):
+    queued: int
+    without_text: int
+    next_after: str | None = None
+
+
+class CrawlLimits(_Model):
+    max_depth: int
+    max_pages: int
+    max_bytes: int
+
+
+class CrawlStarted(_Model):
+    """A crawl queued: its first job (each job's result names the next)."""
+
+    job_id: str
+    uri: str
+    limits: CrawlLimits
+    path_prefix: str | None = None
+
+
+class DistilledMemory(_Model):
+    id: str
+    statement: str
+    kind: str
+    subject: str
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProvenanceItem(_Model):
+    """A source a distilled memory stands on: its ``derived_from`` edge's
+    target (``ID@P{N}`` or a note id), and the citation made of it."""
+
+    target: str
+    note: str
+    part: int | None = None
+    citation: str | None = None
+    quote: str | None = None
+    summary: str | None = None
+    locator: dict[str, Any] = Field(default_factory=dict)
+
+
+class Distilled(_Model):
+    """A memory made from sources: ``op`` as ``remember``'s, its provenance,
+    and who wrote it (``rendered_by``: ``agent`` or the server's model)."""
+
+    op: str
+    memory: DistilledMemory
+    provenance: list[ProvenanceItem] = Field(default_factory=list)
+    rendered_by: str
+    prompt: str

@@ -7,7 +7,9 @@ Tools: remember (a memory, reconciled: said again it updates instead of
 adding a copy; with an ``id``, a note), recall, get, context, timeline, tag,
 forget, versions; for conversations and what is believed: add_messages,
 memories, memory, thread_context; for coding-agent sessions: sessions,
-session_timeline, session_patterns, resume_context.
+session_timeline, session_patterns, resume_context; for documents and what
+they say: ingest (a URI, or a file on this machine), find (with citations),
+cite, verify_citation, distill, crawl.
 Prompts: the project's own prompt notes (``.prompt/agent/*`` with an
 ``mcp_prompt`` tag naming their arguments), listed afresh on every request
 (a prompt a project adds or edits is served at once, and each caller sees
@@ -28,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from keepmem_client import _mcp_grounding
 from keepmem_client._client import AsyncKeepmem
 from keepmem_client._errors import AuthenticationError, KeepmemError, NotFoundError
 
@@ -40,7 +43,9 @@ INSTRUCTIONS = (
     "memory's versions and sources. recall by meaning, get or context for one note, tag "
     "to file, forget what is wrong. Notes keep their history (versions). Coding sessions: "
     "resume_context for where you left off in a directory, sessions and "
-    "session_timeline for what happened, session_patterns for recurring errors and fixes."
+    "session_timeline for what happened, session_patterns for recurring errors and fixes. "
+    "Documents: ingest a URI or file, find with citations to quote, verify_citation before "
+    "relying on one, distill a memory from cited passages, crawl a docs site."
 )
 
 
@@ -63,10 +68,12 @@ def _text(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem]) -> Any:
+def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = False) -> Any:
     """The MCP server over a keepmem client (or a function giving the client
     of the request being served: then every request lists and renders the
-    prompts of its own caller's project)."""
+    prompts of its own caller's project). ``files``: ingest reads a path on
+    this machine (the stdio proxy, beside the agent); otherwise it takes the
+    file's content as base64."""
     km = _Lazy(client)
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -246,6 +253,8 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem]) -> Any:
 
         return await call(block(), prose=True)
 
+    _mcp_grounding.add_tools(server, km, call, ToolError, files=files)
+
     async def read(coro: Any) -> str:
         # A resource read that fails is a protocol error: "not found" in the
         # SDK's convention for a missing note, keepmem's reason otherwise
@@ -367,7 +376,7 @@ async def serve(km: AsyncKeepmem) -> None:
         await km.flow("prompt", {"list": True})
     except AuthenticationError as exc:
         raise SystemExit(f"keepmem-mcp: the API key was refused: {exc.message}") from exc
-    server = build(km)
+    server = build(km, files=True)
     await server.run_stdio_async()
 
 

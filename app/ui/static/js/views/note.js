@@ -1,11 +1,13 @@
 // One note: summary, tags (editable with the write scope), versions with a
-// diff between any two, parts, entities and relations, pending work; with
-// the write scope, a new version of its text, or deleting it.
+// diff between any two, passages (parts with their spans and pages) and
+// citations (verified on request), entities and relations, pending work;
+// with the write scope, a new version of its text, or deleting it.
 
 import { api, noteUrl } from "../api.js";
 import { field, h, input, link, replace, table, when } from "../dom.js";
 import { diffView } from "./diff.js";
 import { noteEditor } from "./noteedit.js";
+import { citations, passages } from "./passages.js";
 
 function tagEditor(note, ctx, reload) {
   const rows = [];
@@ -96,18 +98,6 @@ function versions(note, history) {
   );
 }
 
-function parts(list) {
-  const rows = list.parts.map((p) =>
-    h("tr", {}, h("td", {}, link(p.id, "note", { id: p.id })), h("td", { class: "summary" }, p.summary)),
-  );
-  return h(
-    "section",
-    { "aria-labelledby": "parts-title" },
-    h("h2", { id: "parts-title" }, `Parts (${list.count})`),
-    list.count ? table(["Part", "Summary"], rows, "Parts") : h("p", {}, "No parts."),
-  );
-}
-
 function entities(graph) {
   const ents = graph.entities.map((e) =>
     h("li", {}, link(e.name, "graph", { entity: e.key }), ` (${e.kind})`),
@@ -160,14 +150,15 @@ export async function render(main, params, ctx) {
   };
   const note = await api("GET", noteUrl(id));
   const base = id.includes("@") ? null : id;
-  const [history, partList, graph, jobs] = base
+  const [history, partList, graph, jobs, cited] = base
     ? await Promise.all([
         api("GET", noteUrl(id, "/versions"), { query: { limit: 50 } }),
         api("GET", noteUrl(id, "/parts")),
         api("GET", noteUrl(id, "/entities")),
         api("GET", "/v1/jobs", { query: { note_id: id, limit: 20 } }),
+        api("GET", "/v1/citations", { query: { note: id, limit: 50 } }),
       ])
-    : [null, null, null, null];
+    : [null, null, null, null, null];
   replace(
     main,
     h("h1", { class: "note-id" }, note.id),
@@ -184,7 +175,8 @@ export async function render(main, params, ctx) {
     base && ctx.can("write") ? noteEditor(note, ctx, { reload, deleted }) : null,
     base ? pending(note, jobs) : null,
     base ? versions(note, history) : null,
-    base ? parts(partList) : null,
+    base ? passages(partList) : null,
+    base ? citations(cited, ctx) : null,
     base ? entities(graph) : null,
   );
   const shown = JSON.stringify([note.summary, note.tags, note.updated_at]);
