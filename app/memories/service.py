@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import BadRequest, NoteNotFound
+from app.errors import BadRequest, Conflict, NoteNotFound
 from app.kit.timeutil import keep_ts, parse_timestamp, utcnow
 from app.memories import reconcile, rules
 from app.memories import repository as repo
@@ -285,6 +285,31 @@ async def remember(
         memory=out(m),
         superseded=[mid for mid, to, _ in plan.links if to == c.id],
     )
+
+
+async def restate(
+    session: AsyncSession, scope: Scope, *, memory_id: str, statement: str, limits: Limits
+) -> RememberOut:
+    """A new wording of a memory the caller names (a distillation grounding
+    it again): a new version of its note, its slot, value and time as they
+    were, so nothing else is reconciled. Only a current memory is restated."""
+    whole_project(scope)
+    if not memory_id.startswith(PREFIX):
+        raise NoteNotFound(f"memory not found: {memory_id}")
+    m = Memory.of(await reading.get(session, scope, raw_id=memory_id))
+    if m is None:
+        raise NoteNotFound(f"memory not found: {memory_id}")
+    if not m.current:
+        raise Conflict(f"memory {m.id} was superseded by {m.superseded_by}: restate that one")
+    c = _as_candidate(m)
+    c.statement = " ".join(statement.split())
+    if c.statement == m.statement:
+        return RememberOut(op="noop", memory=out(m), superseded=[])
+    await reconcile.restate(session, scope, m.id, c, limits=limits)
+    again = Memory.of(await reading.get(session, scope, raw_id=m.id))
+    if again is None:
+        raise NoteNotFound(f"memory not found: {m.id}")
+    return RememberOut(op="update", memory=out(again), superseded=[])
 
 
 def thread_out(row: Any, waiting: int) -> ThreadOut:

@@ -1,5 +1,6 @@
 """Tag edges, owned by the notes domain: edge tags become edges
-(KEEP_PROTOCOL §6.5), which deep find and graph walks follow.
+(KEEP_PROTOCOL §6.5), which deep find and graph walks follow. Provenance
+edges (``derived_from``, end of this module) are kept beside them.
 
 A tag key is an edge tag when its ``.tag/<key>`` doc carries ``_inverse``
 (``speaker`` → ``said``): each value names another note, canonicalised from
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -176,3 +178,45 @@ async def backfill(
 async def forget_note(session: AsyncSession, scope: Scope, *, note_id: str) -> None:
     """A deleted note's own edges go; edges pointing at it stay (its stub may return)."""
     await edges_repo.delete_from(session, scope, note_id)
+
+
+# -- provenance: what a distilled memory was derived from ----------------------------
+
+DERIVED_FROM = "derived_from"
+PROVENANCE = "provenance"  # the origin of provenance edges (a tag sync leaves them)
+MAX_PROVENANCE = 1000  # edges read per note
+
+
+async def add_provenance(
+    session: AsyncSession, scope: Scope, *, note_id: str, targets: Sequence[str]
+) -> None:
+    """``derived_from`` edges from the note to each target (a note id, or a
+    part id ``ID@P{N}``), added to those it has. They are not tag edges:
+    changing the note's tags leaves them; deleting the note removes them."""
+    unique = list(dict.fromkeys(t for t in targets if t != note_id))
+    await edges_repo.add_edges(
+        session, scope, note_id, [(DERIVED_FROM, t) for t in unique], origin=PROVENANCE
+    )
+
+
+async def provenance_of(session: AsyncSession, scope: Scope, *, note_id: str) -> list[str]:
+    """The targets of the note's ``derived_from`` edges, in id order."""
+    return await edges_repo.targets_from(
+        session, scope, note_id, predicate=DERIVED_FROM, origin=PROVENANCE, limit=MAX_PROVENANCE
+    )
+
+
+async def derived_into(
+    session: AsyncSession, scope: Scope, *, note_id: str, parts: bool, limit: int
+) -> list[tuple[str, str, str, datetime]]:
+    """Notes derived from this one (with ``parts``, from any of its parts):
+    (source id, target id, source summary, source updated_at), newest first."""
+    return await edges_repo.sources_into(
+        session,
+        scope,
+        note_id,
+        predicate=DERIVED_FROM,
+        origin=PROVENANCE,
+        parts=parts,
+        limit=limit,
+    )

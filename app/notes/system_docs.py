@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from app.notes import distill_prompts
+
 DISTRIBUTION = "keep-skill"
 DOCS_DIR = "keep/data/system"
 FAMILIES = ("state", "meta", "prompt", "tag")
@@ -41,13 +43,20 @@ NOW_TEMPLATE = """# Now
 What I am working on, what I just learned, and what comes next.
 Replace this text with the current state of the work."""
 
-# keepmem's own additions: threads of messages (memories) reply to each other.
+# keepmem's own additions: threads of messages (memories) reply to each other;
+# the prompts POST /v1/distill sends the memories' model (``distill_prompts``).
 EXTRA_DOCS: tuple[SystemDoc, ...] = (
     SystemDoc(
         ".tag/thread",
         "# Tag: `thread`\n\nThe conversation thread a message note belongs to "
         "(keepmem's messages route writes it).",
         {"category": "system", "context": "tag-description"},
+    ),
+    *(
+        SystemDoc(
+            distill_prompts.PREFIX + name, distill_prompts.body(name), dict(distill_prompts.TAGS)
+        )
+        for name in distill_prompts.PROMPTS
     ),
 )
 
