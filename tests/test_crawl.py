@@ -238,3 +238,45 @@ async def test_path_prefix_keeps_the_crawl_under_a_path(local, tenant, make_pipe
         assert "/blog/b.html" not in web.routes.hits
     assert job["result"]["total_pages"] == 3
     assert job["result"]["skipped"] == {"outside_prefix": 1}
+
+
+def _refused_samples() -> list[str]:
+    """An address of every block the fetch guard refuses (the guard's own
+    table), one the local allow-list does not let through, as a URL host."""
+    import ipaddress
+
+    from app.kit.fetch import SPECIAL_PURPOSE, FetchPolicy
+
+    policy = FetchPolicy.of(max_bytes=1, timeout_seconds=1, allow_networks=["127.0.0.1/32"])
+    hosts = []
+    for block in SPECIAL_PURPOSE:
+        net = block.network
+        ip = net[-2] if net.num_addresses > 2 else net[0]
+        if policy.refusal(ipaddress.ip_address(ip)) is None:
+            continue  # an embedding block whose sample embeds a public address
+        hosts.append(f"[{ip}]" if ip.version == 6 else str(ip))
+    return hosts
+
+
+async def test_every_refused_address_is_refused_as_root_and_on_every_hop(
+    local, tenant, make_pipeline
+) -> None:
+    """Each block of the fetch guard's table: a crawl rooted there is a 400,
+    and a link of the crawled site that redirects there is skipped as
+    refused, never fetched."""
+    hosts = _refused_samples()
+    assert len(hosts) > 40
+    for host in hosts:
+        r = await start(local, tenant, uri=f"http://{host}/")
+        assert r.status_code == 400 and "refusing" in r.json()["error"], (host, r.text)
+    with serving() as web:
+        links = [f"/to/{n}" for n in range(len(hosts))]
+        for path, host in zip(links, hosts, strict=True):
+            web.redirect(path, f"http://{host}:{web.server.server_address[1]}/secret")
+        html(web, "/", page("Links everywhere", *links))
+        r = await start(local, tenant, uri=web.url + "/", max_depth=1, max_pages=500)
+        assert r.status_code == 202, r.text
+        jobs = await crawled(make_pipeline(**LOCAL), local, tenant)
+    refused = sum(j["result"]["skipped"].get("refused", 0) for j in jobs)
+    stored = [u for j in jobs for u in j["result"]["stored"]]
+    assert refused == len(hosts) and stored == [web.url + "/"]

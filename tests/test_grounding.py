@@ -212,6 +212,9 @@ async def test_citation_create_verify_change_and_open(client, tenant, make_pipel
     assert (await client.delete(path("report"), headers=tenant.headers)).status_code == 200
     r = await client.post(f"/v1/citations/{c['id']}/verify", headers=tenant.headers)
     assert r.json()["status"] == "gone"
+    kept = (await client.get(f"/v1/citations/{c['id']}", headers=tenant.headers)).json()
+    assert (kept["quote"], kept["before"], kept["after"]) == ("", "", ""), "no words left"
+    assert kept["text_sha256"] == c["text_sha256"] and kept["start"] == c["start"]
 
 
 async def test_bad_citations_are_refused_and_nothing_stored(client, tenant, other_tenant) -> None:

@@ -10,7 +10,9 @@
   against the quota, as a put's versions are).
 * ``citations``: what an agent cited (a note's span at one version, the
   exact quote, context, the text's sha256). A citation outlives its note
-  so that verify can answer "gone"; it goes with its project.
+  so that verify can answer "gone", but not the note's words: deleting the
+  note empties its citations' quote and context (a trigger). It goes with
+  its project.
 * Edges may point at a part (``doc@P3``, provenance): a tag-scoped key sees
   such an edge when the part's note is visible.
 
@@ -144,6 +146,26 @@ def upgrade(app_role: str = "keepmem_app", **_: object) -> None:
         "CREATE TRIGGER count_usage AFTER INSERT OR DELETE OR UPDATE OF data ON note_texts "
         "FOR EACH ROW EXECUTE FUNCTION keepmem_count_texts()"
     )
+    # A deleted note's words leave its citations too: they keep what they
+    # cited (note, span, hash: verify answers "gone") but not the quote.
+    op.execute(
+        """
+        CREATE FUNCTION keepmem_citations_forget() RETURNS trigger
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+            AS $$
+            BEGIN
+                UPDATE citations SET quote = '', before = '', after = ''
+                 WHERE tenant_id = OLD.tenant_id AND project_id = OLD.project_id
+                   AND note_id = OLD.id;
+                RETURN NULL;
+            END
+            $$
+        """
+    )
+    op.execute(
+        "CREATE TRIGGER citations_forget AFTER DELETE ON notes "
+        "FOR EACH ROW EXECUTE FUNCTION keepmem_citations_forget()"
+    )
     scoped = f"{app_role}_scoped"
     op.execute("DROP POLICY IF EXISTS tag_scope ON edges")
     op.execute(
@@ -164,6 +186,8 @@ def downgrade(app_role: str = "keepmem_app", **_: object) -> None:
     op.execute(
         f"CREATE POLICY tag_scope ON edges AS RESTRICTIVE FOR SELECT TO {scoped} USING ({both})"
     )
+    op.execute("DROP TRIGGER IF EXISTS citations_forget ON notes")
+    op.execute("DROP FUNCTION IF EXISTS keepmem_citations_forget()")
     for table in reversed(TABLES):
         op.execute(f"DROP TABLE IF EXISTS {table}")
     op.execute("DROP FUNCTION IF EXISTS keepmem_count_texts()")
