@@ -33,10 +33,7 @@ NEEDLE_PAGE = 50
 
 
 def sentence(rng: random.Random) -> str:
-    return (
-        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} "
-        f"{rng.choice(WHEN)}."
-    )
+    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(WHEN)}."
 
 
 def report(pages: int = 60, *, needle: str = NEEDLE, seed: int = 7) -> list[list[str]]:
@@ -51,7 +48,8 @@ def report(pages: int = 60, *, needle: str = NEEDLE, seed: int = 7) -> list[list
         if n % 5 == 0:
             lines.append("Year | Site | Visitors | Repairs")
             for row in range(4):
-                lines.append(f"{1900 + n + row} | {rng.choice(OBJECTS)[4:]} | {rng.randint(5, 900)} | {rng.randint(0, 9)}")
+                site, visitors = rng.choice(OBJECTS)[4:], rng.randint(5, 900)
+                lines.append(f"{1900 + n + row} | {site} | {visitors} | {rng.randint(0, 9)}")
         if n == NEEDLE_PAGE:
             lines.insert(7, needle)
         out.append(lines)

@@ -5,6 +5,7 @@ cites its results and spreads them over documents."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 from urllib.parse import quote
 
@@ -82,7 +83,7 @@ def test_passages_cover_the_text_with_overlap_inside_the_window() -> None:
     found = chunking.passages(text, size=200, overlap=50)
     assert len(found) > 5
     assert found[0].start == 0 and found[-1].end == len(text.rstrip())
-    for before, after in zip(found, found[1:], strict=False):
+    for before, after in itertools.pairwise(found):
         assert after.start < before.end, "consecutive passages overlap"
         assert after.start > before.start
     for p in found:
@@ -180,7 +181,8 @@ async def test_citation_create_verify_change_and_open(client, tenant, make_pipel
 
     assert c["text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     again = await client.post(
-        "/v1/citations", json={"note": "report", "start": start, "end": start + len(NEEDLE)},
+        "/v1/citations",
+        json={"note": "report", "start": start, "end": start + len(NEEDLE)},
         headers=tenant.headers,
     )
     assert again.json()["id"] == c["id"], "the same span of the same text is one citation"
@@ -320,7 +322,7 @@ def test_graph_windows_cover_a_long_text_and_spans_point_into_it() -> None:
     text = ("Alice met Bob in Paris. " * 40 + "\n\n") * 200
     cut = windows(text, size=10_000)
     assert cut[0][0] == 0 and cut[-1][1] == len(text)
-    assert all(b == c for (_, b), (c, _) in zip(cut, cut[1:], strict=False))
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(cut))
     assert all(b - a <= 10_000 for a, b in cut)
     one = Extraction([Entity("Alice", "person", 0, 5), Entity("Bob", "person", 10, 13)])
     one.relations.append(Relation(0, "met", 1, 0, 23))

@@ -92,15 +92,15 @@ async def test_a_sentence_deep_in_a_long_document_is_found_cited_and_verified(
         ("a young woman repaired a clock for the tides using an old sewing machine", "vector"),
     ):
         hits = await find(client, tenant, query, stages)
-        holding = [
-            h for h in hits if h["citation"] and kit.NEEDLE in h["citation"]["quote"]
-        ]
+        holding = [h for h in hits if h["citation"] and kit.NEEDLE in h["citation"]["quote"]]
         assert holding, (fmt, stages, [(h["id"], h["summary"]) for h in hits])
         cited = holding[0]["citation"]
         assert holding[0]["id"].startswith("doc@P{")
         for key, value in where_expected(fmt).items():
             assert cited["locator"].get(key) == value or (
-                key in ("page", "slide") and cited["locator"].get(key, 0) <= value
+                key in ("page", "slide")
+                and cited["locator"].get(key, 0)
+                <= value
                 <= cited["locator"].get(f"{key}_end", cited["locator"].get(key))
             ), (fmt, cited["locator"])
         if fmt == "srt":

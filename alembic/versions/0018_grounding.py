@@ -191,4 +191,6 @@ def downgrade(app_role: str = "keepmem_app", **_: object) -> None:
     for table in reversed(TABLES):
         op.execute(f"DROP TABLE IF EXISTS {table}")
     op.execute("DROP FUNCTION IF EXISTS keepmem_count_texts()")
-    op.execute("ALTER TABLE parts DROP COLUMN span_start, DROP COLUMN span_end, DROP COLUMN locator")
+    op.execute(
+        "ALTER TABLE parts DROP COLUMN span_start, DROP COLUMN span_end, DROP COLUMN locator"
+    )
