@@ -242,6 +242,21 @@ async def test_bad_citations_are_refused_and_nothing_stored(client, tenant, othe
     assert r.status_code == 404, "another tenant's note is not there"
     listed = await client.get("/v1/citations", headers=tenant.headers)
     assert listed.json()["citations"] == []
+    given = {"start": 0, "end": 5, "quote": text[:5], "text_sha256": "0" * 64}
+    for note, end in (("\u0000bad", 5), ("doc", 0)):
+        r = await client.post(
+            "/v1/citations/verify", json={**given, "note": note, "end": end}, headers=tenant.headers
+        )
+        assert r.status_code == 400, r.text
+    # an earlier version found by find cites nothing: its text is not kept
+    await put(client, tenant, id="doc", content=text.replace("harbour", "haven"))
+    r = await client.post(
+        "/v1/search",
+        json={"query": "harbour", "cite": True, "include_versions": True, "stages": "text"},
+        headers=tenant.headers,
+    )
+    found = {n["id"]: n["citation"] for n in r.json()["notes"]}
+    assert found.get("doc@V{1}", "missing") is None, found
     # without kept text: a clear 409, and find says why it cites nothing
     await put(client, other_tenant, id="doc", content=text)
     r = await client.post(

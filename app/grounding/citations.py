@@ -19,6 +19,7 @@ note was deleted.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -334,6 +335,14 @@ async def verify_view(session: AsyncSession, scope: Scope, citation: CitationVie
     )
 
 
+async def verify_given(session: AsyncSession, scope: Scope, *, citation: CitationView) -> Verdict:
+    """Verify a citation as a client holds it (one a find returned)."""
+    if citation.end <= citation.start:
+        raise BadRequest("a citation's end must be after its start")
+    note_id = _note_id(citation.note)
+    return await verify_view(session, scope, dataclasses.replace(citation, note=note_id))
+
+
 async def verify(session: AsyncSession, scope: Scope, *, citation_id: str) -> Verdict:
     return await verify_view(session, scope, await get(session, scope, citation_id=citation_id))
 
@@ -344,21 +353,26 @@ async def verify(session: AsyncSession, scope: Scope, *, citation_id: str) -> Ve
 async def for_hits(
     session: AsyncSession,
     scope: Scope,
-    hits: Sequence[tuple[str, int | None, tuple[int, int] | None]],
+    hits: Sequence[tuple[str, str, int, tuple[int, int] | None]],
     *,
     context: int = DEFAULT_CONTEXT,
 ) -> tuple[list[CitationView | None], str | None]:
-    """A citation (not stored) for each find result: (note id, part number,
-    passage span). A passage cites its span; a whole note cites its text
-    when that is at most MAX_QUOTE_CHARS. None where the text is not kept
-    (the second value then says why)."""
+    """A citation (not stored) for each find result: (note id, kind, part or
+    version number, passage span). A passage cites its span; a whole note
+    cites its text when that is at most MAX_QUOTE_CHARS; an earlier version
+    (its text is not kept) and analyze's parts (no span) cite nothing. None
+    where the text is not kept (the second value then says why)."""
     kept: dict[str, KeptText | None] = {}
     versions: dict[str, int] = {}
     sources: dict[str, str | None] = {}
     found = await notes.get_many(session, scope, list({h[0] for h in hits}))
     out: list[CitationView | None] = []
     missing = False
-    for note_id, part, span in hits:
+    for note_id, kind, ref, span in hits:
+        part = ref if kind == "part" else None
+        if kind == "version":
+            out.append(None)
+            continue
         if note_id not in kept:
             kept[note_id] = await texts.read(session, scope, note_id)
             versions[note_id] = await _version(session, scope, note_id)

@@ -79,7 +79,7 @@ async def verify_given(body: CitationCheck, scope: ReadScope, session: SessionDe
         created_at=None,
         stored=False,
     )
-    return VerifyOut.of(await citations.verify_view(session, scope, view))
+    return VerifyOut.of(await citations.verify_given(session, scope, citation=view))
 
 
 @router.get("/citations/{citation_id}", response_model=CitationOut, summary="Get a citation")

@@ -200,7 +200,7 @@ async def find(
     cite_warning = None
     if data.cite:
         with timed("cite"):
-            hits = [(k[0], k[2] if k[1] == "part" else None, v.span) for k, v, _ in keyed]
+            hits = [(k[0], k[1], k[2], v.span) for k, v, _ in keyed]
             cited, cite_warning = await citations.for_hits(session, scope, hits)
     groups = []
     if data.deep:
