@@ -224,11 +224,14 @@ class Settings(BaseSettings):
         description="Notes longer than this (characters) get a chunk job; the job cuts "
         "those longer than the model's window (254 tokens) into passages.",
     )
+    # Chosen by 2-fold cross-validation in bench/passages.py (BENCHMARKS.md,
+    # issue 35): the folds chose 192/48 and 254/64, within noise of each
+    # other; 254 is the model's own window and makes the fewest passages.
     passage_tokens: int = Field(
-        default=200, ge=16, le=254, description="A passage's size in MiniLM tokens."
+        default=254, ge=16, le=254, description="A passage's size in MiniLM tokens."
     )
     passage_overlap: int = Field(
-        default=50, ge=0, le=127, description="Tokens a passage shares with the one before."
+        default=64, ge=0, le=127, description="Tokens a passage shares with the one before."
     )
 
     # Background jobs.

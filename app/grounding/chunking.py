@@ -115,8 +115,8 @@ def passages(
     text: str,
     segments: Sequence[Segment] = (),
     *,
-    size: int = 200,
-    overlap: int = 50,
+    size: int = WINDOW,
+    overlap: int = 64,
 ) -> list[Passage]:
     """The passages of ``text``: one when it fits in ``size`` tokens."""
     if not 16 <= size <= WINDOW:
