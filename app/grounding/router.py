@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Query, Response
+from fastapi import Path, Query, Response
 
 from app.deps import ReadScope, SessionDep, SettingsDep, WriteScope
 from app.grounding import citations, passages, render
@@ -21,6 +21,9 @@ from app.grounding.schemas import (
 from app.wire import api_router
 
 router = api_router(prefix="/v1", tags=["grounding"])
+CitationId = Annotated[
+    str, Path(min_length=5, max_length=64, pattern=r"^cit_[0-9a-f]{1,60}$", description="cit_…")
+]
 
 
 @router.post("/citations", response_model=CitationOut, summary="Cite a passage or a span")
@@ -64,7 +67,7 @@ async def list_citations(
 async def verify_given(body: CitationCheck, scope: ReadScope, session: SessionDep) -> VerifyOut:
     """Verify a citation that was not stored (find's `cite: true` results)."""
     view = citations.CitationView(
-        id="",
+        id=citations.citation_id(body.note, body.text_sha256, body.start, body.end),
         note=body.note,
         version=body.version,
         part=body.part,
@@ -83,14 +86,16 @@ async def verify_given(body: CitationCheck, scope: ReadScope, session: SessionDe
 
 
 @router.get("/citations/{citation_id}", response_model=CitationOut, summary="Get a citation")
-async def get_citation(citation_id: str, scope: ReadScope, session: SessionDep) -> CitationOut:
+async def get_citation(
+    citation_id: CitationId, scope: ReadScope, session: SessionDep
+) -> CitationOut:
     """A stored citation, as it was made (verify checks it against the note now)."""
     return CitationOut.of(await citations.get(session, scope, citation_id=citation_id))
 
 
 @router.delete("/citations/{citation_id}", summary="Delete a citation")
 async def delete_citation(
-    citation_id: str, scope: WriteScope, session: SessionDep
+    citation_id: CitationId, scope: WriteScope, session: SessionDep
 ) -> dict[str, str]:
     """Forget a citation (the note is not touched)."""
     await citations.delete(session, scope, citation_id=citation_id)
@@ -100,7 +105,7 @@ async def delete_citation(
 @router.post(
     "/citations/{citation_id}/verify", response_model=VerifyOut, summary="Verify a citation"
 )
-async def verify(citation_id: str, scope: ReadScope, session: SessionDep) -> VerifyOut:
+async def verify(citation_id: CitationId, scope: ReadScope, session: SessionDep) -> VerifyOut:
     """Re-read the note's text: `valid` (its sha256 is the one cited),
     `changed` (with a diagnosis: the quote still at its span, moved, or
     gone), `gone` (the note was deleted) or `unverifiable` (text not kept)."""
@@ -113,7 +118,7 @@ async def verify(citation_id: str, scope: ReadScope, session: SessionDep) -> Ver
     responses={200: {"content": {"text/html": {}, "text/plain": {}}}},
 )
 async def open_citation(
-    citation_id: str,
+    citation_id: CitationId,
     scope: ReadScope,
     session: SessionDep,
     format: Annotated[Literal["html", "text"], Query()] = "html",
