@@ -23,7 +23,11 @@ from tests.conftest import ADMIN_TOKEN
 CONFIG = Path(__file__).parent / "schemathesis" / "schemathesis.toml"
 ST = Path(sys.executable).parent / "st"
 MAX_EXAMPLES = os.environ.get("KEEPMEM_SCHEMATHESIS_EXAMPLES", "20")
-SEED = os.environ.get("KEEPMEM_SCHEMATHESIS_SEED", "20261123")
+# Seed 20261123 made Hypothesis 6.170.15 itself crash in its target phase
+# (IndexError in the optimiser's hill climb, on GET /v1/notes/{note_id}/detail,
+# once issue 35's routes changed the document): a fault of the tool's
+# optimiser, reproducible with that seed, not an answer of keepmem's.
+SEED = os.environ.get("KEEPMEM_SCHEMATHESIS_SEED", "20261126")
 
 
 def _run(
