@@ -147,9 +147,11 @@ def headers(key: str, project: str = PROJECT) -> dict[str, str]:
 
 
 async def load(url: str, key: str, docs: list[corpus.Doc]) -> None:
-    """sanitize off, then every document as one note (two at a time)."""
+    """sanitize off and text kept (so that find's citations quote it), then
+    every document as one note (two at a time)."""
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        r = await client.patch("/v1/settings", json={"sanitize": False}, headers=headers(key))
+        body = {"sanitize": False, "keep_text": True}
+        r = await client.patch("/v1/settings", json=body, headers=headers(key))
         r.raise_for_status()
         sem = asyncio.Semaphore(2)
 
