@@ -16,6 +16,7 @@ from app.grounding import chunking
 from app.kit.spans import Segment
 from tests.conftest import Tenant
 from tests.test_pipeline import jobs_of, run_all
+from tests.test_search import _adds_up
 
 TOPICS = [
     ("harbour", "The harbour master logs every ship that enters after dusk."),
@@ -151,6 +152,16 @@ async def test_long_note_becomes_passages_found_by_meaning_and_words(
             and NEEDLE in text[int(n["tags"]["_span_start"]) : int(n["tags"]["_span_end"])]
         ]
         assert holding, (query, [n["id"] for n in r.json()["notes"]])
+    # shown in its document's place, a passage's explanation still adds up to its score
+    r = await client.post(
+        "/v1/search",
+        json={"query": "keeper daughter fog horn bicycle chain storm", "explain": True},
+        headers=tenant.headers,
+    )
+    shown = r.json()["notes"]
+    assert not {"report"} & {n["id"] for n in shown}, "the document stands aside for its passage"
+    for n in shown:
+        _adds_up(n)
 
 
 async def test_citation_create_verify_change_and_open(client, tenant, make_pipeline) -> None:
@@ -380,3 +391,23 @@ async def test_admin_rechunk_command_queues_every_project(client, tenant, stack)
         timeout=120,
     )
     assert list(json.loads(one.stdout)) == ["second"]
+
+
+def test_a_passage_takes_its_documents_place_score_and_explanation() -> None:
+    from app.search import ranking
+    from app.search.service import _passages_stand_for_notes
+
+    doc, other, passage, later = (
+        ("d", "note", 0),
+        ("x", "note", 0),
+        ("d", "part", 3),
+        ("d", "part", 7),
+    )
+    why = {k: ranking.Explained(bm25=None, text=0.0, vector=0.1, relevance=r) for k, r in (
+        (doc, 0.9), (other, 0.8), (passage, 0.5), (later, 0.4))}  # fmt: skip
+    scored = [(doc, 0.9), (other, 0.8), (passage, 0.5), (later, 0.4)]
+    out = _passages_stand_for_notes(scored, why)
+    assert out == [(passage, 0.9), (other, 0.8), (later, 0.4)]
+    assert why[passage].relevance == 0.9, "the score shown is explained by the document's"
+    # a passage already above its document: the document just stands aside
+    assert _passages_stand_for_notes([(passage, 0.9), (doc, 0.5)], None) == [(passage, 0.9)]

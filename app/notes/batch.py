@@ -144,7 +144,14 @@ async def _insert_new(
         payload: dict[str, Any] = {"content_hash": new.content_hash}
         queued += [(kind, note_id, payload, priority) for kind, priority in kinds]
         pending[note_id] = [k.value for k, _ in kinds]
-        await texts.keep(session, scope, note_id=note_id, text=args.content, segments=args.segments)
+        await texts.keep(
+            session,
+            scope,
+            note_id=note_id,
+            text=args.content,
+            segments=args.segments,
+            existed=False,
+        )
     await edges.sync_new_tag_edges(session, scope, tags_by_note=tagged)
     await jobs.enqueue_new(session, scope, queued)
     for note_id, note in inserted.items():

@@ -84,13 +84,16 @@ async def keep(
     note_id: str,
     text: str,
     segments: Sequence[Segment] = (),
+    existed: bool = True,
 ) -> None:
     """Keep (or replace) the note's text, when its project keeps text; when
-    it does not, drop a text kept for older content."""
+    it does not, drop a text kept for older content (a note new in this
+    transaction has none: no statement then)."""
     if is_system_id(note_id):
         return
     if not await keeps(session, scope):
-        await repo.remove(session, scope, note_id)
+        if existed:
+            await repo.remove(session, scope, note_id)
         return
     await repo.upsert(
         session,

@@ -282,7 +282,7 @@ async def write(
             limits=limits,
             chunk=_long(args, limits),
         )
-        await _keep_text(session, scope, args)
+        await _keep_text(session, scope, args, existed=False)
         return note_view(inserted, changed=True, pending=queued)
     return await _update(session, scope, args, new, limits=limits, now=now, policy=policy)
 
@@ -496,15 +496,23 @@ def _long(args: WriteArgs, limits: Limits) -> tuple[Segment, ...] | None:
     )
 
 
-async def _keep_text(session: AsyncSession, scope: Scope, args: WriteArgs) -> None:
+async def _keep_text(
+    session: AsyncSession, scope: Scope, args: WriteArgs, *, existed: bool = True
+) -> None:
     """The note's text beside it, when its project keeps text (a placeholder's
-    is not the note's text: any older one goes)."""
+    is not the note's text: an older one goes; a new note has none to drop)."""
     if args.placeholder is not None:
-        await texts.drop(session, scope, args.note_id)
-    else:
-        await texts.keep(
-            session, scope, note_id=args.note_id, text=args.content, segments=args.segments
-        )
+        if existed:
+            await texts.drop(session, scope, args.note_id)
+        return
+    await texts.keep(
+        session,
+        scope,
+        note_id=args.note_id,
+        text=args.content,
+        segments=args.segments,
+        existed=existed,
+    )
 
 
 async def create_now(session: AsyncSession, scope: Scope, *, note_id: str) -> Note | None:

@@ -444,17 +444,21 @@ def _rank(
             continue
         scored.append((key, score * weight))
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
-    scored = _passages_stand_for_notes(scored)
+    scored = _passages_stand_for_notes(scored, explained)
     if data.per_document is not None:
         scored = _per_document(scored, data.per_document)
     return [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
 
 
-def _passages_stand_for_notes(scored: list[tuple[Key, float]]) -> list[tuple[Key, float]]:
+def _passages_stand_for_notes(
+    scored: list[tuple[Key, float]], explained: dict[Key, ranking.Explained] | None
+) -> list[tuple[Key, float]]:
     """A note found together with one of its parts is shown as its best part,
     at the better of the two places: a long document's own hit (its first
     window's vector, its first characters' words) says less than the passage
-    that answers, and the two would take two places of the page."""
+    that answers, and the two would take two places of the page. A part
+    shown in its note's place carries the note's score, and with explain the
+    note's explanation (the one that score came from)."""
     best: dict[str, Key] = {}
     for key, _ in scored:
         if key[1] == "part":
@@ -462,11 +466,13 @@ def _passages_stand_for_notes(scored: list[tuple[Key, float]]) -> list[tuple[Key
     out: list[tuple[Key, float]] = []
     placed: set[Key] = set()
     for key, score in scored:
-        if key[1] == "note" and key[0] in best:
-            key = best[key[0]]
-        if key not in placed:
-            placed.add(key)
-            out.append((key, score))
+        shown = best[key[0]] if key[1] == "note" and key[0] in best else key
+        if shown in placed:
+            continue
+        if shown != key and explained is not None and key in explained:
+            explained[shown] = explained[key]
+        placed.add(shown)
+        out.append((shown, score))
     return out
 
 
