@@ -395,7 +395,7 @@ async def test_admin_rechunk_command_queues_every_project(client, tenant, stack)
 
 def test_a_passage_takes_its_documents_place_score_and_explanation() -> None:
     from app.search import ranking
-    from app.search.service import _passages_stand_for_notes
+    from app.search.spread import passages_stand_for_notes as _passages_stand_for_notes
 
     doc, other, passage, later = (
         ("d", "note", 0),
@@ -406,8 +406,12 @@ def test_a_passage_takes_its_documents_place_score_and_explanation() -> None:
     why = {k: ranking.Explained(bm25=None, text=0.0, vector=0.1, relevance=r) for k, r in (
         (doc, 0.9), (other, 0.8), (passage, 0.5), (later, 0.4))}  # fmt: skip
     scored = [(doc, 0.9), (other, 0.8), (passage, 0.5), (later, 0.4)]
-    out = _passages_stand_for_notes(scored, why)
+    out = _passages_stand_for_notes(scored, why, {passage, later})
     assert out == [(passage, 0.9), (other, 0.8), (later, 0.4)]
     assert why[passage].relevance == 0.9, "the score shown is explained by the document's"
     # a passage already above its document: the document just stands aside
-    assert _passages_stand_for_notes([(passage, 0.9), (doc, 0.5)], None) == [(passage, 0.9)]
+    assert _passages_stand_for_notes([(passage, 0.9), (doc, 0.5)], None, {passage}) == [
+        (passage, 0.9)
+    ]
+    # analyze's parts (not passages) stay beside their note, as keep shows them
+    assert _passages_stand_for_notes(scored, None, set()) == scored

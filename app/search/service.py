@@ -40,7 +40,7 @@ from app.notes.views import ItemView, note_view, part_view, version_view
 from app.providers.embedding.base import Embedder, QueryCache
 from app.providers.errors import ProviderError
 from app.request_vars import timed
-from app.search import ranking
+from app.search import ranking, spread
 from app.search import repository as repo
 from app.search.fulltext import repository as fulltext
 from app.search.ranking import Candidate, Key
@@ -191,7 +191,8 @@ async def find(
         with timed("context"):
             neighbours = await _timeline(session, scope, run, opened.model)
     explained: dict[Key, ranking.Explained] | None = {} if data.explain else None
-    top = _rank(data, run, neighbours, _half_life(data, opened.settings), explained)
+    passages = await spread.passages_found(session, scope, run.found)
+    top = _rank(data, run, neighbours, _half_life(data, opened.settings), explained, passages)
     with timed("views"):
         keyed = await _views(session, scope, top)
     items = [(view, score) for _, view, score in keyed]
@@ -426,6 +427,7 @@ def _rank(
     neighbours: Mapping[str, tuple[str | None, str | None]],
     half_life: float,
     explained: dict[Key, ranking.Explained] | None,
+    passages: set[Key] | frozenset[Key] = frozenset(),
 ) -> list[tuple[Key, float]]:
     """The page: ranked (relevance, context, dates, recency), then biased (a
     weight of 0 drops the note), best first, ``limit`` of them, scores as shown."""
@@ -444,49 +446,10 @@ def _rank(
             continue
         scored.append((key, score * weight))
     scored.sort(key=lambda kv: (-kv[1], kv[0]))
-    scored = _passages_stand_for_notes(scored, explained)
+    scored = spread.passages_stand_for_notes(scored, explained, passages)
     if data.per_document is not None:
-        scored = _per_document(scored, data.per_document)
+        scored = spread.per_document(scored, data.per_document)
     return [(key, ranking.shown(score)) for key, score in scored[: data.limit]]
-
-
-def _passages_stand_for_notes(
-    scored: list[tuple[Key, float]], explained: dict[Key, ranking.Explained] | None
-) -> list[tuple[Key, float]]:
-    """A note found together with one of its parts is shown as its best part,
-    at the better of the two places: a long document's own hit (its first
-    window's vector, its first characters' words) says less than the passage
-    that answers, and the two would take two places of the page. A part
-    shown in its note's place carries the note's score, and with explain the
-    note's explanation (the one that score came from)."""
-    best: dict[str, Key] = {}
-    for key, _ in scored:
-        if key[1] == "part":
-            best.setdefault(key[0], key)
-    out: list[tuple[Key, float]] = []
-    placed: set[Key] = set()
-    for key, score in scored:
-        shown = best[key[0]] if key[1] == "note" and key[0] in best else key
-        if shown in placed:
-            continue
-        if shown != key and explained is not None and key in explained:
-            explained[shown] = explained[key]
-        placed.add(shown)
-        out.append((shown, score))
-    return out
-
-
-def _per_document(scored: list[tuple[Key, float]], cap: int) -> list[tuple[Key, float]]:
-    """At most ``cap`` results of one note (counting its parts and versions),
-    in order: the page goes on with other documents' best hits."""
-    seen: dict[str, int] = {}
-    out = []
-    for key, score in scored:
-        n = seen.get(key[0], 0)
-        if n < cap:
-            out.append((key, score))
-            seen[key[0]] = n + 1
-    return out
 
 
 def _why(

@@ -37,6 +37,7 @@ from app.notes.repository.parts import (
     insert_parts,
     list_parts,
     parts_of_many,
+    passages_among,
 )
 from app.notes.repository.versions import (
     all_versions,
@@ -80,6 +81,7 @@ __all__ = [
     "max_version",
     "neighbours_in_time",
     "parts_of_many",
+    "passages_among",
     "set_expiry",
     "sharing_tags",
     "touch_accessed",

@@ -14,6 +14,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    tuple_,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -102,3 +103,21 @@ async def parts_of_many(
     for part in rows.scalars():
         out.setdefault(part.note_id, []).append(part)
     return out
+
+
+async def passages_among(
+    session: AsyncSession, scope: Scope, refs: Sequence[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    """Which of these (note id, part number) are passages (parts with a span,
+    cut by the chunk job; analyze's parts have none)."""
+    if not refs:
+        return set()
+    rows = await session.execute(
+        select(Part.note_id, Part.part_num).where(
+            Part.tenant_id == scope.tenant_id,
+            Part.project_id == scope.project_id,
+            tuple_(Part.note_id, Part.part_num).in_(list(refs)),
+            Part.span_start.is_not(None),
+        )
+    )
+    return {(r[0], r[1]) for r in rows}
