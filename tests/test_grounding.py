@@ -415,3 +415,18 @@ def test_a_passage_takes_its_documents_place_score_and_explanation() -> None:
     ]
     # analyze's parts (not passages) stay beside their note, as keep shows them
     assert _passages_stand_for_notes(scored, None, set()) == scored
+
+
+async def test_text_put_again_is_kept_once_the_project_keeps_text(client, tenant) -> None:
+    """The 409's advice holds: turn keep_text on, put the document again
+    (the same text: no new version) and it can be cited."""
+    text = long_text(sections=3, needle_at=1)
+    await put(client, tenant, id="doc", content=text)
+    cite = {"note": "doc", "quote": NEEDLE}
+    r = await client.post("/v1/citations", json=cite, headers=tenant.headers)
+    assert r.status_code == 409 and "put the document again" in r.json()["error"]
+    await settings(client, tenant, keep_text=True)
+    again = await put(client, tenant, id="doc", content=text)
+    assert again["changed"] is False, "the same text: no new version"
+    r = await client.post("/v1/citations", json=cite, headers=tenant.headers)
+    assert r.status_code == 200 and r.json()["quote"] == NEEDLE and r.json()["version"] == 1

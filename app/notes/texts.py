@@ -106,6 +106,23 @@ async def keep(
     )
 
 
+async def keep_missing(
+    session: AsyncSession,
+    scope: Scope,
+    *,
+    note_id: str,
+    text: str,
+    segments: Sequence[Segment] = (),
+) -> None:
+    """A note put again with the same text: keep it if its project keeps text
+    and none (or another) is kept, as when ``keep_text`` was turned on after
+    the note was first put."""
+    if is_system_id(note_id) or not await keeps(session, scope):
+        return
+    if await repo.sha_of(session, scope, note_id) != sha256(text):
+        await keep(session, scope, note_id=note_id, text=text, segments=segments)
+
+
 async def drop(session: AsyncSession, scope: Scope, note_id: str) -> None:
     """Forget a note's kept text (its content is a placeholder for now)."""
     await repo.remove(session, scope, note_id)

@@ -373,6 +373,11 @@ async def _update(
     pending: list[str] = []
     if content_changed:
         await _keep_text(session, scope, args)
+    elif args.placeholder is None:
+        # The same text again: kept now if the project began keeping text since.
+        await texts.keep_missing(
+            session, scope, note_id=note_id, text=args.content, segments=args.segments
+        )
     if content_changed or force:
         pending = await enqueue_processing(
             session,

@@ -59,6 +59,10 @@ async def get(session: AsyncSession, scope: Scope, note_id: str) -> NoteText | N
     return await session.scalar(select(NoteText).where(*_of(scope, note_id)))
 
 
+async def sha_of(session: AsyncSession, scope: Scope, note_id: str) -> str | None:
+    return await session.scalar(select(NoteText.sha256).where(*_of(scope, note_id)))
+
+
 async def remove(session: AsyncSession, scope: Scope, note_id: str) -> bool:
     result = await session.execute(
         delete(NoteText).where(*_of(scope, note_id)).returning(NoteText.note_id)
