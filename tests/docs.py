@@ -47,33 +47,55 @@ def scanned_pdf(lines: list[str]) -> bytes:
 
 def text_pdf(lines: list[str], *, title: str, author: str) -> bytes:
     """A one-page PDF with a real text layer (Helvetica) and document info."""
+    return pages_pdf([lines], title=title, author=author)
+
+
+def pages_pdf(
+    pages: list[list[str]],
+    *,
+    title: str = "Pages",
+    author: str = "Tests",
+    size: int = 14,
+    leading: int = 24,
+    bold_first: bool = False,
+) -> bytes:
+    """A PDF with a text layer, a page per list of lines (Helvetica at
+    ``size`` points, ``leading`` apart; with ``bold_first`` each page's first
+    line a 14-point bold heading) and document info."""
 
     def esc(s: str) -> str:
         return s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
-    ops = " ".join(
-        f"BT /F1 14 Tf 72 {720 - 24 * i} Td ({esc(t)}) Tj ET" for i, t in enumerate(lines)
-    )
-    stream = ops.encode()
+    first = 6  # 1 catalog, 2 page tree, 3 and 4 fonts, 5 info, then (page, contents) pairs
+    kids = " ".join(f"{first + 2 * i} 0 R" for i in range(len(pages)))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold >>",
         f"<< /Title ({esc(title)}) /Author ({esc(author)}) >>".encode(),
     ]
+    for i, lines in enumerate(pages):
+        ops = []
+        for n, line in enumerate(lines):
+            font, points = ("/F2", 14) if bold_first and n == 0 else ("/F1", size)
+            ops.append(f"BT {font} {points} Tf 60 {740 - leading * n} Td ({esc(line)}) Tj ET")
+        body = " ".join(ops).encode()
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> >>" % (first + 2 * i + 1)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(body) + body + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
-    for number, body in enumerate(objects, start=1):
+    for number, obj in enumerate(objects, start=1):
         offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 6 0 R >>\n" % (len(objects) + 1)
+    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 5 0 R >>\n" % (len(objects) + 1)
     out += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
 

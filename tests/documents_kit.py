@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import random
 
+from tests import docs
+
 SUBJECTS = [
     "The survey team", "The harbour board", "A visiting engineer", "The parish council",
     "The night watchman", "Our field botanist", "The railway company", "The county archivist",
@@ -58,42 +60,7 @@ def report(pages: int = 60, *, needle: str = NEEDLE, seed: int = 7) -> list[list
 
 def pdf(pages: list[list[str]], *, title: str = "Parish report") -> bytes:
     """A PDF with a text layer: headings in bold at 14 pt, the rest at 10 pt."""
-
-    def esc(s: str) -> str:
-        return s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-
-    first = 6  # 1 catalog, 2 pages, 3 regular font, 4 bold font, 5 info
-    kids = " ".join(f"{first + 2 * i} 0 R" for i in range(len(pages)))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold >>",
-        f"<< /Title ({esc(title)}) /Author (Tests) >>".encode(),
-    ]
-    for i, lines in enumerate(pages):
-        ops = []
-        for n, line in enumerate(lines):
-            font, size = ("/F2", 14) if n == 0 else ("/F1", 10)
-            ops.append(f"BT {font} {size} Tf 60 {740 - 16 * n} Td ({esc(line)}) Tj ET")
-        body = " ".join(ops).encode()
-        objects.append(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-            b"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> >>" % (first + 2 * i + 1)
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(body) + body + b"\nendstream")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 5 0 R >>\n" % (len(objects) + 1)
-    out += b"startxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
+    return docs.pages_pdf(pages, title=title, size=10, leading=16, bold_first=True)
 
 
 def docx(pages: list[list[str]]) -> bytes:

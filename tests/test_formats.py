@@ -24,39 +24,7 @@ AWS_KEY = "AKIAIOSFODNN7EXAMPLQ"
 
 def pdf_of(pages: list[list[str]], *, title: str = "Pages", author: str = "Tests") -> bytes:
     """A PDF with a text layer (Helvetica), a page per list of lines."""
-
-    def esc(s: str) -> str:
-        return s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-
-    first_page = 5  # 1 catalog, 2 page tree, 3 font, 4 info, then (page, contents) pairs
-    kids = " ".join(f"{first_page + 2 * i} 0 R" for i in range(len(pages)))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        f"<< /Title ({esc(title)}) /Author ({esc(author)}) >>".encode(),
-    ]
-    for i, lines in enumerate(pages):
-        ops = " ".join(
-            f"BT /F1 14 Tf 72 {720 - 24 * n} Td ({esc(t)}) Tj ET" for n, t in enumerate(lines)
-        ).encode()
-        objects.append(
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-            b"/Resources << /Font << /F1 3 0 R >> >> >>" % (first_page + 2 * i + 1)
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(ops) + ops + b"\nendstream")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\n" % (len(objects) + 1)
-    out += b"startxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
+    return docs.pages_pdf(pages, title=title, author=author)
 
 
 def xlsx_file() -> bytes:

@@ -38,6 +38,7 @@ from app.distill import sources
 from app.distill.sources import Source, SourceInput
 from app.errors import AppError, BadRequest, NoteNotFound, TooManyRequests
 from app.kit.timeutil import utcnow
+from app.memories import extraction
 from app.memories import service as memories
 from app.memories.intake import whole_project
 from app.memories.model import PREFIX
@@ -269,15 +270,7 @@ def _until_midnight() -> str:
 async def _count(db: Database, scope: Scope, done: distill_llm.Rendered) -> None:
     """The call's tokens, committed now whatever becomes of the request."""
     async with tenancy.transaction(db, scope) as session:
-        await spend.add_spend(
-            session,
-            scope,
-            use="memories",
-            day=utcnow().date(),
-            calls=1,
-            tokens_in=done.tokens_in,
-            tokens_out=done.tokens_out,
-        )
+        await extraction.count_call(session, scope, done.tokens_in, done.tokens_out)
 
 
 async def _render(

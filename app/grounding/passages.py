@@ -46,12 +46,14 @@ async def source(
 ) -> Source | None:
     """The text to cut: held content (with the segments the put sent), else
     the kept text (with its own); None when neither is there."""
-    kept = await texts.read(session, scope, note.id)
     if note.pending_content is not None:
         segments = spans.from_json(payload.get("segments"))
-        if not segments and kept is not None and kept.sha256 == texts.sha256(note.pending_content):
-            segments = kept.segments
+        if not segments:  # a re-cut: the segments kept with the same text, if any
+            kept = await texts.read(session, scope, note.id)
+            if kept is not None and kept.sha256 == texts.sha256(note.pending_content):
+                segments = kept.segments
         return Source(note.pending_content, segments)
+    kept = await texts.read(session, scope, note.id)
     if kept is None:
         return None
     return Source(kept.text, kept.segments, kept=True)
@@ -70,7 +72,9 @@ def summary_of(text: str, limit: int = SUMMARY_CHARS) -> str:
 def cut(text: str, segments: Sequence[Segment], settings: Settings) -> list[chunking.Passage]:
     """The passages of a text; [] when the model sees it whole (a note of at
     most 254 tokens: its own vector covers it, so it stays whole)."""
-    if not chunking.is_long(text, chunking.WINDOW):
+    # At the model's own window the cut itself says whether the text fits;
+    # a smaller passage size must not cut a text the model sees whole.
+    if settings.passage_tokens < chunking.WINDOW and not chunking.is_long(text, chunking.WINDOW):
         return []
     found = chunking.passages(
         text, segments, size=settings.passage_tokens, overlap=settings.passage_overlap

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
@@ -63,22 +64,7 @@ class CitationOut(BaseModel):
 
     @classmethod
     def of(cls, view: CitationView) -> CitationOut:
-        return cls(
-            id=view.id,
-            note=view.note,
-            version=view.version,
-            part=view.part,
-            start=view.start,
-            end=view.end,
-            quote=view.quote,
-            before=view.before,
-            after=view.after,
-            text_sha256=view.text_sha256,
-            source_uri=view.source_uri,
-            locator=view.locator,
-            created_at=view.created_at,
-            stored=view.stored,
-        )
+        return cls(**dataclasses.asdict(view))
 
 
 class CitationList(BaseModel):

@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -278,41 +278,18 @@ async def upload(
     name = filename or "upload"
     target = note_service.valid_id(note_id or "%" + hashlib.sha256(data).hexdigest()[:12])
     if doc.images:
-        text = doc.text or f"{name}: {doc.kind}, text to follow (OCR)"
-        view = await store(
-            session,
-            scope,
-            note_id=target,
-            text=text,
-            found_tags=doc.tags,
-            user_tags=user_tags,
-            content_type=doc.kind,
-            limits=limits,
-            placeholder="ocr",
-            segments=doc.segments if doc.text else (),
-        )
-        enabled = await tenants.sanitizing(session, scope)
-        layer, layer_segments, found = _clean(doc.text, doc.segments, doc.tags, enabled)
-        job_id = await jobs.enqueue(
-            session,
-            scope,
-            kind=JobKind.OCR,
-            note_id=target,
-            payload={
-                "text": layer,
-                "tags": found,
-                "user_tags": dict(user_tags or {}),
-                "content_type": doc.kind,
-                "segments": spans.to_json(layer_segments),
-            },
-        )
-        await repo.hold_images(session, scope, target, job_id, doc.images)
-        view.pending = sorted({*view.pending, JobKind.OCR.value})
-        return view
+        return await _hold(
+            session, scope, note_id=target, doc=doc, user_tags=user_tags, limits=limits,
+            kind=JobKind.OCR, placeholder="ocr", blobs=doc.images,
+            shown=doc.text or f"{name}: {doc.kind}, text to follow (OCR)",
+        )  # fmt: skip
     if transcribe and doc.kind.startswith("audio/"):
-        return await _hold_audio(
-            session, scope, note_id=target, name=name, data=data, doc=doc,
-            user_tags=user_tags, limits=limits,
+        # The metadata line now; the transcript replaces it (its own segments).
+        return await _hold(
+            session, scope, note_id=target, doc=replace(doc, segments=[]), user_tags=user_tags,
+            limits=limits, kind=JobKind.TRANSCRIBE, placeholder="transcription", blobs=[data],
+            shown=f"{doc.text}\n({name}: {doc.kind}, transcript to follow)",
+            extra={"filename": name},
         )  # fmt: skip
     return await store(
         session,
@@ -327,47 +304,54 @@ async def upload(
     )
 
 
-async def _hold_audio(
+async def _hold(
     session: AsyncSession,
     scope: Scope,
     *,
     note_id: str,
-    name: str,
-    data: bytes,
     doc: Document,
     user_tags: Mapping[str, Any] | None,
     limits: Limits,
+    kind: JobKind,
+    placeholder: str,
+    blobs: Sequence[bytes],
+    shown: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> ItemView:
-    """Audio to transcribe: its metadata line now, as a placeholder; the file
-    held (like an image for OCR) until its ``transcribe`` job is done."""
+    """A document whose text a job delivers (OCR of its images, a transcript
+    of its audio): ``shown`` as a placeholder now, the file's parts held in
+    blobs until the job is done, the text read so far (sanitised) and its
+    segments in the job's payload."""
     view = await store(
         session,
         scope,
         note_id=note_id,
-        text=f"{doc.text}\n({name}: {doc.kind}, transcript to follow)",
+        text=shown,
         found_tags=doc.tags,
         user_tags=user_tags,
         content_type=doc.kind,
         limits=limits,
-        placeholder="transcription",
+        placeholder=placeholder,
+        segments=doc.segments if doc.text else (),
     )
     enabled = await tenants.sanitizing(session, scope)
-    line, _, found = _clean(doc.text, (), doc.tags, enabled)
+    layer, layer_segments, found = _clean(doc.text, doc.segments, doc.tags, enabled)
     job_id = await jobs.enqueue(
         session,
         scope,
-        kind=JobKind.TRANSCRIBE,
+        kind=kind,
         note_id=note_id,
         payload={
-            "text": line,
+            "text": layer,
             "tags": found,
             "user_tags": dict(user_tags or {}),
             "content_type": doc.kind,
-            "filename": name,
+            "segments": spans.to_json(layer_segments),
+            **(extra or {}),
         },
     )
-    await repo.hold_images(session, scope, note_id, job_id, [data])
-    view.pending = sorted({*view.pending, JobKind.TRANSCRIBE.value})
+    await repo.hold_images(session, scope, note_id, job_id, list(blobs))
+    view.pending = sorted({*view.pending, kind.value})
     return view
 
 

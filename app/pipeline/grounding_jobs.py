@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.grounding import passages
 from app.models import Note
 from app.notes import derived
-from app.pipeline.jobrun import JobRun, on_current_note
+from app.pipeline.jobrun import JobRun, on_current_note, release_held
 from app.providers.errors import PermanentError
 
 EMBED_SLICE = 16  # passages per embedding call
@@ -73,13 +73,7 @@ async def chunk(run: JobRun) -> None:
             )
         else:
             result["whole"] = "the text fits in one passage"
-        await derived.release_content(
-            session,
-            run.scope,
-            held=[note],
-            finishing_jobs=[run.job.id],
-            keep_for_context=p.summarizer.uses_context,
-        )
+        await release_held(session, [run], [note])
         return result
 
     await on_current_note(run, load=load, compute=compute, apply=apply)

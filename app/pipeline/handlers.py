@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,7 +28,7 @@ from app.notes import repository as notes
 from app.notes import service as note_service
 from app.notes.repository import vectors
 from app.pipeline import autotag, grounding_jobs, ingest_handlers, prompt_docs
-from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, stale
+from app.pipeline.jobrun import JobRun, LostClaim, on_current_note, release_held, stale
 from app.pipeline.pipeline import Pipeline
 from app.pipeline.split import split_parts
 from app.providers.errors import PermanentError
@@ -41,18 +41,6 @@ from app.sessions import digest
 from app.sessions import service as sessions
 
 Handler = Callable[[list[JobRun]], Awaitable[None]]
-
-
-async def _release(session: AsyncSession, runs: Sequence[JobRun], held: Sequence[Note]) -> None:
-    """Let the notes' held content go if no other queued work needs it."""
-    if runs:
-        await derived.release_content(
-            session,
-            runs[0].scope,
-            held=held,
-            finishing_jobs=[r.job.id for r in runs],
-            keep_for_context=runs[0].pipeline.summarizer.uses_context,
-        )
 
 
 # -- embeddings (batched per project) ------------------------------------------------
@@ -97,7 +85,7 @@ async def embed_batch(runs: list[JobRun], record_failure: Callable[..., Awaitabl
             applied.append((run, text_hash in reused))
             kept.append(note)
         await derived.apply_vectors(session, scope, model=model, rows=rows)
-        await _release(session, [r for r, _ in applied], kept)
+        await release_held(session, [r for r, _ in applied], kept)
         written = [
             n for (r, _), n in zip(applied, kept, strict=True) if r.job.kind == JobKind.EMBED
         ]
@@ -144,7 +132,7 @@ async def summarize(run: JobRun) -> None:
     ) -> dict[str, Any]:
         summary, about = made
         await derived.apply_summary(session, run.scope, note=note, summary=summary)
-        await _release(session, [run], [note])
+        await release_held(session, [run], [note])
         return {"summarizer": getattr(p.summarizer, "name", "?"), **about}
 
     await on_current_note(run, load=load, compute=compute, apply=apply)
@@ -191,7 +179,7 @@ async def extract_graph(run: JobRun) -> None:
 
     async def apply(session: AsyncSession, note: Note, found: Any) -> dict[str, Any]:
         counts = await graph.store_extraction(session, run.scope, note_id=note.id, found=found)
-        await _release(session, [run], [note])
+        await release_held(session, [run], [note])
         return counts | {"extractor": p.graph().name}
 
     async def compute(text: str) -> Extraction:
@@ -240,7 +228,7 @@ async def analyze(run: JobRun) -> None:
             parts=parts,
             model=p.embedder.model_id,
         )
-        await _release(session, [run], [note])
+        await release_held(session, [run], [note])
         return {"parts": count, "prompt": doc_id}
 
     await on_current_note(run, load=load, compute=compute, apply=apply, same_content=given is None)

@@ -11,7 +11,7 @@ put changes the content hash, and the older job applies nothing).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import tenancy
 from app.jobs import outbox
 from app.models import Job, Note
+from app.notes import derived
 from app.notes import repository as notes
 from app.pipeline.pipeline import Pipeline
 from app.tenancy import Scope
@@ -99,3 +100,15 @@ async def on_current_note(
             await run.finish(session, {"skipped": "superseded"})
             return
         await run.finish(session, await apply(session, note, result))
+
+
+async def release_held(session: AsyncSession, runs: Sequence[JobRun], held: Sequence[Note]) -> None:
+    """Let the notes' held content go if no other queued work needs it."""
+    if runs:
+        await derived.release_content(
+            session,
+            runs[0].scope,
+            held=held,
+            finishing_jobs=[r.job.id for r in runs],
+            keep_for_context=runs[0].pipeline.summarizer.uses_context,
+        )
