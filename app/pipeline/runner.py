@@ -20,9 +20,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from app import metrics, tenancy, tracing
+from app.db import is_outage
 from app.ingest import documents
 from app.jobs import outbox
 from app.jobs.kinds import JobKind
+from app.logs import log_failure
 from app.notes import derived
 from app.pipeline import handlers
 from app.pipeline.jobrun import JobRun, LostClaim
@@ -61,7 +63,23 @@ async def run_batch(
     pipeline: Pipeline, tenant_id: uuid.UUID, job_ids: Sequence[int]
 ) -> dict[int, str]:
     """Run several jobs of one tenant. Embedding jobs of a project share one
-    model call and one write; other kinds run one after another."""
+    model call and one write; other kinds run one after another.
+
+    A database that cannot be reached is one line in the log, not a stack per
+    job: the jobs stay in the outbox and are dispatched again once their
+    claim's lease runs out (nothing is lost)."""
+    try:
+        return await _run_batch(pipeline, tenant_id, job_ids)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        log_failure(log, "jobs not run (database unavailable)", exc)
+        return {}
+
+
+async def _run_batch(
+    pipeline: Pipeline, tenant_id: uuid.UUID, job_ids: Sequence[int]
+) -> dict[int, str]:
     tenant = tenant_for_jobs(tenant_id)
     tenant_var.set(str(tenant_id))  # this job's task only (log lines)
     token = uuid.uuid4()
@@ -117,8 +135,6 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
     permanent = isinstance(exc, PermanentError) or (
         isinstance(exc, ProviderError) and exc.permanent
     )
-    if not isinstance(exc, ProviderError):
-        log.exception("job %s (%s) failed", job.id, job.kind)
     # Deliveries carry their own limit (settings.webhook_max_attempts).
     limit = job.max_attempts if job.kind == JobKind.WEBHOOK.value else settings.job_max_attempts
     out_of_attempts = job.attempts >= limit
@@ -137,6 +153,11 @@ async def _record_failure(job_run: JobRun, exc: Exception) -> str:
         if retry is None and job.kind in DOCUMENT_KINDS:
             # The placeholder says what happened instead of promising text.
             await derived.give_up(session, scope, note_id=job_run.note_id, reason=str(exc))
+    # Logged once recorded: when the database is down, recording fails too
+    # and run_batch writes one line for the outage instead of a stack per job
+    # (the claim's lease runs out and the job is dispatched again).
+    if not isinstance(exc, ProviderError):
+        log.error("job %s (%s) failed", job.id, job.kind, exc_info=exc)
     return "dead" if retry is None else "retry"
 
 
