@@ -268,11 +268,15 @@ async def recall(
 async def text_exactness(
     app: Database, tenants: list[uuid.UUID], questions: list[str], tag: str | None
 ) -> dict[str, float]:
-    """How often the full-text stage's top 10 (at most FTS_CANDIDATES matches
-    scored, see app.search.fulltext) equal exact BM25 over every match of the
-    same words, on the same filters; question i goes to tenant i mod n."""
-    same = capped = 0
+    """How often the full-text stage's top 10 (MaxScore past SCORE_AT_ONCE
+    matches, see app.search.fulltext) equal exact BM25 over every match of the
+    same words, on the same filters; how many matches each scored, and the
+    stage's time both ways; question i goes to tenant i mod n."""
+    same = 0
     scored: list[float] = []
+    every: list[float] = []
+    fast_ms: list[float] = []
+    full_ms: list[float] = []
     filters = search_base.Filters(tag_terms=[tag] if tag else ())
     for i, q in enumerate(questions):
         tenant = tenants[i % len(tenants)]
@@ -283,17 +287,26 @@ async def text_exactness(
                 same += 1
                 continue
             args = {"kinds": ["note", "part"], "filters": filters, "limit": 100}
+            t = time.perf_counter()
             fast = await search_repo.full_text(s, scope, terms, **args)
+            fast_ms.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
             full = await search_repo.full_text(s, scope, terms, exact=True, **args)
+            full_ms.append((time.perf_counter() - t) * 1000)
         same += [h.note_id for h in fast.hits[:10]] == [h.note_id for h in full.hits[:10]]
-        capped += not fast.exact
         scored.append(fast.scored)
+        every.append(full.scored)
     n = len(questions)
     return {
         "same_top10": same / n,
-        "capped": capped / n,
         "scored_p50": pct(scored, 50),
         "scored_p95": pct(scored, 95),
+        "every_match_p50": pct(every, 50),
+        "every_match_p95": pct(every, 95),
+        "stage_ms_p50": pct(fast_ms, 50),
+        "stage_ms_p95": pct(fast_ms, 95),
+        "exact_stage_ms_p50": pct(full_ms, 50),
+        "exact_stage_ms_p95": pct(full_ms, 95),
     }
 
 

@@ -10,10 +10,10 @@ Cost is what matters at scale. A word in more than ``fts_common_term_notes``
 of a project's notes is left out of a question (it would match a large part
 of a big project and tells little), at most MAX_TERMS words are kept, so a
 question matches at most a few thousand notes of any project. BM25 scores
-them set-based in SQL (a few microseconds each). Past FTS_CANDIDATES matches,
-the ones scored are the best by a cheap stand-in (``_presence``: BM25 as if
-each word occurred once); bench/search.py measures how often the top ten
-still equal exact BM25 over every match.
+them set-based in SQL (a few microseconds each). Past SCORE_AT_ONCE matches,
+MaxScore leaves out the matches that cannot reach the top: the result is
+still exact BM25's (bench/search.py and tests/test_find_at_scale.py compare
+it with scoring every match).
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from typing import Any
 from sqlalchemy import (
     Float,
     Text,
-    case,
-    cast,
     delete,
     func,
     literal,
@@ -40,7 +38,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Note, NoteVersion, Part, Project, TermStat
@@ -49,7 +47,7 @@ from app.tenancy import Scope
 
 FTS_CONFIG = "english"
 MAX_TERMS = 12
-FTS_CANDIDATES = 3000  # matches scored per question at most; beyond, _presence picks
+SCORE_AT_ONCE = 1500  # up to this many matches are scored at once; beyond, MaxScore
 STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes (before the worker's count) stops here
 LENGTH_SAMPLE = 1000  # notes read for the average length before the worker's count
@@ -169,21 +167,6 @@ def _choose(terms: Terms) -> list[tuple[str, ...]]:
     return sorted(chosen, key=lambda g: min(terms.df.get(x, 0) for x in g))[:MAX_TERMS]
 
 
-def _presence(fts: Any, terms: Terms, lexemes: Sequence[str]) -> Any:
-    """BM25 as if each word were there once: which of the question's words a
-    note holds (a binary search each), weighted by rarity, over its length.
-    Cheap enough for every match; picks the candidates that BM25 scores."""
-    held = [
-        case(
-            (fts.op("@@")(cast(literal("'" + x.replace("'", "''") + "'"), TSQUERY)), terms.idf(x)),
-            else_=0.0,
-        )
-        for x in lexemes
-    ]
-    norm = K1 * (1 - B + B * func.length(fts) / max(terms.avgdl, 1.0))
-    return sum(held[1:], held[0]) / (1 + norm)
-
-
 def _char(weight: str) -> Any:
     return literal_column(f"'{weight}'::\"char\"")
 
@@ -203,44 +186,105 @@ async def full_text(
     limit: int,
     exact: bool = False,
 ) -> Stage:
-    """Full-text matches (notes, parts, versions), best BM25 score first.
+    """Full-text matches (notes, parts, versions), best BM25 score first: the
+    first ``limit`` of exact BM25 over every match of the chosen words.
 
     Notes match any of the chosen words (all of them when every word is
-    common). All matches are scored when there are at most FTS_CANDIDATES of
-    them; beyond, the best by ``_presence`` are (``exact`` scores them all:
-    benchmarks compare the two)."""
+    common). When the counts say the matches are few, all are scored at once;
+    beyond, MaxScore (Turtle and Flood) leaves out the matches that cannot
+    reach the top ``limit`` (``exact`` scores them all: tests and benchmarks
+    compare the two)."""
     chosen = _choose(terms)
     every = not set().union(*chosen) - terms.common and len(chosen) > 1
-    # Every word common: all of them must match (cheap in the GIN index).
-    query = (" & " if every else " | ").join(_word(g) for g in chosen)
     scored = list(dict.fromkeys(x for g in chosen for x in g))
+    full_match = sum(terms.idf(x) for x in scored)  # tf 1, length avgdl: idf each
     # The counts say how many notes can match (the fewest of the words when
-    # all must match): well under the cap, there is no need to rank for it.
+    # all must match).
     counts = [min(terms.df.get(x, 0) for x in g) for g in chosen]
     may_match = min(counts) if every else sum(counts)
-    uncapped = exact or may_match <= FTS_CANDIDATES // 2
-    hits, n = await _scored(session, scope, terms, query, scored, kinds, filters, limit, uncapped)
-    full_match = sum(terms.idf(x) for x in scored)  # tf 1, length avgdl: idf each
-    return Stage(hits, scored=n, exact=uncapped or n < FTS_CANDIDATES, full_match=full_match)
+    args = (terms, scored, kinds, filters, limit)
+    if every or exact or may_match <= SCORE_AT_ONCE:
+        # Every word common: all of them must match (cheap in the GIN index).
+        query = (" & " if every else " | ").join(_word(g) for g in chosen)
+        hits, n = await _scored(session, scope, query, *args)
+        return Stage(hits, scored=n, exact=True, full_match=full_match)
+    return await _max_score(session, scope, chosen, counts, args, full_match)
+
+
+async def _max_score(
+    session: AsyncSession,
+    scope: Scope,
+    chosen: list[tuple[str, ...]],
+    counts: list[int],
+    args: tuple[Terms, list[str], Sequence[str], Filters, int],
+    full_match: float,
+) -> Stage:
+    """MaxScore, set at a time. The rarest words' matches are scored first
+    (about SCORE_AT_ONCE of them): the ``limit``-th score among them is a
+    threshold every final hit reaches. A note that holds none of those words
+    and only words whose most BM25 can give (``_bound``) sums below the
+    threshold cannot reach it either: those words produce no candidates.
+    The notes of the words left are scored in a second statement, without
+    the ones already scored. The result is exact BM25's top ``limit``."""
+    terms, limit = args[0], args[-1]
+    first, seen = 0, 0
+    while first < len(chosen) and (first == 0 or seen + counts[first] <= SCORE_AT_ONCE):
+        seen += counts[first]
+        first += 1
+    head = " | ".join(_word(g) for g in chosen[:first])
+    hits, n = await _scored(session, scope, head, *args)
+    threshold = hits[limit - 1].score if len(hits) >= limit else 0.0
+    rest = chosen[first:]
+    # A note matching none of the words below may still hold the lexemes of
+    # a compound word (its parts without the phrase): they count too, and a
+    # compound word is never left out.
+    compound = {x for g in chosen if len(g) > 1 for x in g}
+    below: set[str] = set()
+    for group in sorted(rest, key=lambda g: _bound(terms, g)):
+        if len(group) > 1:
+            continue
+        if _bound(terms, sorted(below | set(group) | compound)) >= threshold * (1 - 1e-9):
+            break
+        below |= set(group)
+    essential = [g for g in rest if not set(g) <= below or len(g) > 1]
+    if essential:
+        more, m = await _scored(
+            session,
+            scope,
+            " | ".join(_word(g) for g in essential),
+            *args,
+            unless=head,
+        )
+        hits = sorted(hits + more, key=lambda h: (-h.score, h.note_id))[:limit]
+        n += m
+    return Stage(hits, scored=n, exact=True, full_match=full_match)
+
+
+def _bound(terms: Terms, lexemes: Sequence[str]) -> float:
+    """The most BM25 can give a note for holding ``lexemes``: each word's idf
+    times (k1 + 1), its limit as the word's count grows. It needs no upkeep:
+    true of every note, the ones written since the last recount too."""
+    return sum(terms.idf(x) for x in lexemes) * (K1 + 1)
 
 
 async def _scored(
     session: AsyncSession,
     scope: Scope,
-    terms: Terms,
     query: str,
+    terms: Terms,
     lexemes: list[str],
     kinds: Sequence[str],
     filters: Filters,
     limit: int,
-    uncapped: bool,
+    *,
+    unless: str | None = None,
 ) -> tuple[list[Hit], int]:
-    """BM25 of the notes (parts, versions) matching ``query``, in one statement:
-    all of them if ``uncapped``, else at most FTS_CANDIDATES (the best by
-    ``_presence``)."""
+    """BM25 of the notes (parts, versions) matching ``query`` (and not
+    ``unless``), in one statement: the best ``limit`` and how many were scored."""
     # The lexemes are already stemmed: 'simple' reads them unchanged. A scalar
     # subquery is evaluated once per query (an InitPlan), not once per row.
     tsq = select(func.to_tsquery("simple", query)).scalar_subquery()
+    skip = None if unless is None else select(func.to_tsquery("simple", unless)).scalar_subquery()
     wanted = literal(lexemes, ARRAY(Text))
     sources: list[Any] = []
     entity: Any
@@ -277,10 +321,8 @@ async def _scored(
         if entity is not Note:
             matches = matches.join(Note, joins_note(entity, entity.note_id))
         matches = matches.where(*note_filters(scope, filters), entity.fts.op("@@")(tsq))
-        if not uncapped:
-            matches = matches.order_by(_presence(entity.fts, terms, lexemes).desc()).limit(
-                FTS_CANDIDATES
-            )
+        if skip is not None:
+            matches = matches.where(~entity.fts.op("@@", is_comparison=True)(skip))
         sources.append(matches)
     if not sources:
         return [], 0
