@@ -80,7 +80,7 @@ def corpus() -> list[str]:
                             and sum(c.isalpha() for c in p) > 0.7 * len(p)
                         ):
                             seen.add(p)
-                            out.append(p)
+                            out.append(p.replace("\x00", " "))  # Postgres text holds no NUL
     print(f"corpus: {len(out)} paragraphs", file=sys.stderr)
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out))
