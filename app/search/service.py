@@ -253,6 +253,7 @@ class _Opened:
     opening: repo.Opening
     settings: dict[str, Any]  # the project's
     pending: int  # the project's open embed and reindex jobs
+    terms: fulltext.Terms | None = None  # the question read for the full-text stage
 
 
 async def _open(session: AsyncSession, scope: Scope, data: FindInput, *, model: str) -> _Opened:
@@ -267,17 +268,16 @@ async def _open(session: AsyncSession, scope: Scope, data: FindInput, *, model: 
     now = time.monotonic()
     counted = _big_since.get(size_key)
     known_big = counted is not None and now - counted < BIG_FOR
+    also = [
+        projects.project_settings_query(scope),
+        jobs.count_open_query(scope, kinds=["embed", "reindex"]),
+    ]
+    question = (data.query or "").strip()
+    if question and data.stages in ("hybrid", "text"):
+        also.append(fulltext.question_query(scope, question))
     with timed("open"):
         opening = await repo.open_find(
-            session,
-            scope,
-            model=model,
-            candidates=wide,
-            also=[
-                projects.project_settings_query(scope),
-                jobs.count_open_query(scope, kinds=["embed", "reindex"]),
-            ],
-            known_big=known_big,
+            session, scope, model=model, candidates=wide, also=also, known_big=known_big
         )
     if opening.big and not known_big:
         _big_since.put(size_key, now)
@@ -289,6 +289,7 @@ async def _open(session: AsyncSession, scope: Scope, data: FindInput, *, model: 
         opening=opening,
         settings=dict(opening.extra[0] or {}),
         pending=int(opening.extra[1] or 0),
+        terms=fulltext.terms_of(opening.extra[2]) if len(also) > 2 else None,
     )
 
 
@@ -357,9 +358,7 @@ async def _stages(
     try:
         if data.stages in ("hybrid", "text"):
             with timed("text"):
-                stage = await _full_text(
-                    session, scope, query, opened.kinds, opened.filters, data.limit
-                )
+                stage = await _full_text(session, scope, opened, data.limit)
             _gather(found, stage.hits, "text")
             question = dataclasses.replace(question, full_match=stage.full_match)
     except BaseException:
@@ -464,18 +463,17 @@ def _why(
 
 
 async def _full_text(
-    session: AsyncSession,
-    scope: Scope,
-    query: str,
-    kinds: list[str],
-    filters: repo.Filters,
-    limit: int,
+    session: AsyncSession, scope: Scope, opened: _Opened, limit: int
 ) -> fulltext.Stage:
-    terms = await fulltext.read_question(session, scope, query)
-    if terms is None:
+    if opened.terms is None:  # no word to search
         return fulltext.Stage([])
     return await fulltext.full_text(
-        session, scope, terms, kinds=kinds, filters=filters, limit=max(limit * 10, 100)
+        session,
+        scope,
+        opened.terms,
+        kinds=opened.kinds,
+        filters=opened.filters,
+        limit=max(limit * 10, 100),
     )
 
 

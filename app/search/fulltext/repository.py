@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Float,
     Text,
+    column,
     delete,
     func,
     literal,
@@ -91,63 +93,69 @@ def _lexemes(group: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.replace("''", "'") for m in _LEXEME.findall(group)))
 
 
-async def read_question(session: AsyncSession, scope: Scope, query: str) -> Terms | None:
-    """The question's words and this project's counts of them, in one round trip.
+def question_query(scope: Scope, query: str) -> Any:
+    """The question's words and this project's counts of them, as one scalar
+    subquery (a JSON array, ``terms_of`` reads it): find reads it in its
+    opening statement, so the question costs no round trip of its own.
 
     Only the project's own notes count: its system notes (keep's schema docs,
     hidden from find) would skew the lengths and word counts of a small
     project. Counts come from the worker's last recount (``term_stats``) where there is
     one; a word missing from it is rarer than STATS_FLOOR and is counted here,
     up to that. Before the first recount everything is counted here."""
-    row = (
-        await session.execute(
-            text(
-                """
+    return (
+        text(
+            """
                 WITH p AS (
                   SELECT term_stats_at, term_stats_notes, term_stats_avgdl FROM projects
-                  WHERE tenant_id = :t AND id = :p),
+                  WHERE tenant_id = :fq_t AND id = :fq_p),
                 w AS (
                   SELECT DISTINCT word
-                  FROM unnest(tsvector_to_array(to_tsvector(CAST(:config AS regconfig), :q)))
+                  FROM unnest(tsvector_to_array(to_tsvector(CAST(:fq_config AS regconfig), :fq_q)))
                        AS word)
-                SELECT
-                  CAST(plainto_tsquery(CAST(:config AS regconfig), :q) AS text),
+                SELECT json_build_array(
+                  CAST(plainto_tsquery(CAST(:fq_config AS regconfig), :fq_q) AS text),
                   coalesce((SELECT term_stats_notes FROM p),
                            (SELECT count(*) FROM (SELECT 1 FROM notes
-                              WHERE tenant_id = :t AND project_id = :p
-                                AND left(id, 1) <> '.' LIMIT :cap) s)),
+                              WHERE tenant_id = :fq_t AND project_id = :fq_p
+                                AND left(id, 1) <> '.' LIMIT :fq_cap) s)),
                   coalesce((SELECT term_stats_avgdl FROM p),
                            (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
-                              WHERE tenant_id = :t AND project_id = :p
-                                AND left(id, 1) <> '.' LIMIT :sample) s)),
+                              WHERE tenant_id = :fq_t AND project_id = :fq_p
+                                AND left(id, 1) <> '.' LIMIT :fq_sample) s)),
                   array(SELECT word FROM w ORDER BY word),
                   array(SELECT coalesce(s.ndoc,
                            (SELECT count(*) FROM (SELECT 1 FROM notes
-                              WHERE tenant_id = :t AND project_id = :p
+                              WHERE tenant_id = :fq_t AND project_id = :fq_p
                                 AND left(id, 1) <> '.'
                                 AND fts @@ to_tsquery('simple', quote_literal(w.word))
-                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :cap
-                                                 ELSE :floor END FROM p)) c))
+                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :fq_cap
+                                                 ELSE :fq_floor END FROM p)) c))
                         FROM w LEFT JOIN term_stats s
-                          ON s.tenant_id = :t AND s.project_id = :p AND s.lexeme = w.word
+                          ON s.tenant_id = :fq_t AND s.project_id = :fq_p AND s.lexeme = w.word
                         ORDER BY w.word),
                   array(SELECT s.lexeme FROM term_stats s
-                        WHERE s.tenant_id = :t AND s.project_id = :p AND s.common
-                          AND s.lexeme IN (SELECT word FROM w))
+                        WHERE s.tenant_id = :fq_t AND s.project_id = :fq_p AND s.common
+                          AND s.lexeme IN (SELECT word FROM w)))
                 """
-            ),
-            {
-                "t": scope.tenant_id,
-                "p": scope.project_id,
-                "q": query,
-                "config": FTS_CONFIG,
-                "cap": N_CAP,
-                "floor": STATS_FLOOR,
-                "sample": LENGTH_SAMPLE,
-            },
         )
-    ).one()
-    parsed, total, avgdl, words, counts, common = row
+        .bindparams(
+            fq_t=scope.tenant_id,
+            fq_p=scope.project_id,
+            fq_q=query,
+            fq_config=FTS_CONFIG,
+            fq_cap=N_CAP,
+            fq_floor=STATS_FLOOR,
+            fq_sample=LENGTH_SAMPLE,
+        )
+        .columns(column("question", JSON))
+        .scalar_subquery()
+    )
+
+
+def terms_of(value: Any) -> Terms | None:
+    """The Terms of ``question_query``'s value (None: no word to search)."""
+    parsed, total, avgdl, words, counts, common = value or (None, 0, None, [], [], [])
     # "'word' & 'other' & 'e-mail' <-> 'e' <-> 'mail'": one group per word.
     groups = tuple(
         dict.fromkeys(_lexemes(g) for g in (parsed or "").split(" & ") if g.strip() and _lexemes(g))
@@ -157,6 +165,11 @@ async def read_question(session: AsyncSession, scope: Scope, query: str) -> Term
     df = {w: int(c or 0) for w, c in zip(words or [], counts or [], strict=True)}
     total = max(int(total or 0), max(df.values(), default=0))
     return Terms(groups, df, frozenset(common or []), total, float(avgdl or 1.0))
+
+
+async def read_question(session: AsyncSession, scope: Scope, query: str) -> Terms | None:
+    """``question_query`` on its own (find reads it in its opening statement)."""
+    return terms_of(await session.scalar(select(question_query(scope, query))))
 
 
 def _choose(terms: Terms) -> list[tuple[str, ...]]:
