@@ -531,6 +531,9 @@ async def _views(
     session: AsyncSession, scope: Scope, scored: list[tuple[Key, float]]
 ) -> list[tuple[Key, ItemView, float]]:
     found = await notes.get_many(session, scope, list({k[0] for k, _ in scored}))
+    parts = await notes.get_parts_many(
+        session, scope, [(k[0], k[2]) for k, _ in scored if k[1] == "part" and k[0] in found]
+    )
     out: list[tuple[Key, ItemView, float]] = []
     for key, score in scored:
         note_id, kind, ref = key
@@ -540,7 +543,7 @@ async def _views(
         if kind == "note":
             out.append((key, note_view(note), score))
         elif kind == "part":
-            part = await notes.get_part(session, scope, note_id, ref)
+            part = parts.get((note_id, ref))
             if part is not None:
                 out.append((key, part_view(note_id, part), score))
         else:

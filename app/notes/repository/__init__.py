@@ -34,6 +34,7 @@ from app.notes.repository.notes import (
 from app.notes.repository.parts import (
     delete_parts,
     get_part,
+    get_parts_many,
     insert_parts,
     list_parts,
     parts_of_many,
@@ -69,6 +70,7 @@ __all__ = [
     "get",
     "get_many",
     "get_part",
+    "get_parts_many",
     "holding_key",
     "insert_note",
     "insert_notes",

@@ -42,6 +42,22 @@ async def get_part(session: AsyncSession, scope: Scope, note_id: str, part_num: 
     )
 
 
+async def get_parts_many(
+    session: AsyncSession, scope: Scope, refs: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], Part]:
+    """Several notes' parts by (note id, part number), in one statement."""
+    if not refs:
+        return {}
+    rows = await session.execute(
+        select(Part).where(
+            Part.tenant_id == scope.tenant_id,
+            Part.project_id == scope.project_id,
+            tuple_(Part.note_id, Part.part_num).in_(list(dict.fromkeys(refs))),
+        )
+    )
+    return {(p.note_id, p.part_num): p for p in rows.scalars()}
+
+
 async def delete_parts(session: AsyncSession, scope: Scope, note_id: str) -> int:
     result = await session.execute(
         delete(Part).where(_parts_of(scope, note_id)).returning(Part.part_num)
