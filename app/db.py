@@ -4,9 +4,11 @@ security) is ``app.tenancy``'s.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import (
@@ -92,6 +94,45 @@ class Database:
         """A session in one transaction with no tenant set; commits on success."""
         async with self.sessions() as session, session.begin():
             yield session
+
+
+class Params:
+    """The positional parameters of a hand-written statement: ``p(value)``
+    adds one and gives its ``$n``; ``p.once(name, value)`` gives the same
+    ``$n`` each time it is asked for ``name`` (the tenant, the project)."""
+
+    __slots__ = ("_named", "values")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._named: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+    def once(self, name: str, value: Any) -> str:
+        if name not in self._named:
+            self._named[name] = self(value)
+        return self._named[name]
+
+
+async def driver(session: AsyncSession) -> Any:
+    """The asyncpg connection under the session's transaction (its binding
+    to a tenant included). find's statements run on it directly: building,
+    compiling and reading a statement through SQLAlchemy cost ten times
+    what the statement costs in PostgreSQL (2.1 ms against 0.16 ms for the
+    page's notes, measured in the suite's database). asyncpg prepares each
+    statement once per connection."""
+    connection = await session.connection()
+    return (await connection.get_raw_connection()).driver_connection
+
+
+def json_value(value: Any) -> Any:
+    """A json/jsonb column read through ``driver``: SQLAlchemy's dialect
+    registers asyncpg codecs that decode it on every connection it opens;
+    a string is decoded here (a connection without them)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 # SQLSTATEs of a server that is gone or going: connection exceptions (class

@@ -351,6 +351,7 @@ async def test_unrelated_notes_written_together_do_not_lift_each_other(
 async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> None:
     from datetime import timedelta as td
 
+    from app.db import driver
     from app.search import repository as repo
     from app.tenancy import scope_for_project
 
@@ -361,11 +362,8 @@ async def test_timeline_neighbours_come_from_their_index(client, tenant, db) -> 
         scope = scope_for_project(tenant.id, project, "default")
         # find's own planner settings, which its opening statement sets
         await repo.open_find(s, scope, model="m", candidates=200)
-        stmt = repo.neighbours_query(scope, ["a"], filters=repo.Filters(), gap=td(hours=1))
-        conn = await s.connection()
-        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-        params = tuple(compiled.params[name] for name in compiled.positiontup or [])
-        rows = await conn.exec_driver_sql("EXPLAIN " + str(compiled), params)
+        sql, params = repo.neighbours_sql(scope, ["a"], filters=repo.Filters(), gap=td(hours=1))
+        rows = await (await driver(s)).fetch("EXPLAIN " + sql, *params)
         plan = "\n".join(r[0] for r in rows)
     # one probe before, one after, each starting at the note itself: the order
     # comparison is an index condition (not a filter over every later note)

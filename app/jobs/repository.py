@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import Params
 from app.jobs.kinds import JobKind, JobStatus, Lane
 from app.models import Job
 from app.tenancy import Scope, TenantScope
@@ -532,6 +533,20 @@ def count_open_query(scope: Scope, *, kinds: Sequence[str]) -> Any:
         )
         .scalar_subquery()
     )
+
+
+def count_open_sql(kinds: Sequence[str]) -> Callable[[Params, Scope], str]:
+    """``count_open_query`` for a hand-written statement."""
+
+    def fragment(p: Params, scope: Scope) -> str:
+        return (
+            "(SELECT count(DISTINCT note_id) FROM jobs "
+            f"WHERE tenant_id = {p.once('tenant', scope.tenant_id)} "
+            f"AND project_id = {p.once('project', scope.project_id)} "
+            f"AND kind = ANY({p(list(kinds))}::text[]) AND status = ANY({p(list(_OPEN))}::text[]))"
+        )
+
+    return fragment
 
 
 async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:

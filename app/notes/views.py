@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from app.kit.tags import SYSTEM_PREFIX
 from app.kit.timeutil import keep_date, keep_ts
@@ -38,8 +38,25 @@ def _timestamps(created: datetime, updated: datetime, accessed: datetime | None)
     return out
 
 
+class Shown(Protocol):
+    """What a note's view reads of it (a Note, or a row find read for its page)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def tags(self) -> dict[str, Any]: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def updated_at(self) -> datetime: ...
+    @property
+    def accessed_at(self) -> datetime: ...
+
+
 def note_view(
-    note: Note, *, changed: bool | None = None, pending: list[str] | None = None
+    note: Note | Shown, *, changed: bool | None = None, pending: list[str] | None = None
 ) -> ItemView:
     tags = dict(note.tags)
     tags.update(_timestamps(note.created_at, note.updated_at, note.accessed_at))

@@ -1,45 +1,36 @@
 """SQL of find's vector stage and of what follows both stages: the
 opening statement (counts and planner settings), cosines of candidates,
-timeline neighbours. The full-text stage's SQL is ``app.search.fulltext``'s.
+timeline neighbours, the page's rows. The full-text stage's SQL is
+``app.search.fulltext``'s.
 
 Both stages apply the same filters to the note a hit belongs to (tags,
 time, id glob, hidden), inside the query, so a filter never starves the
 results the way filtering an approximate index scan afterwards would.
+
+find's statements are written out and run on the session's asyncpg
+connection (``app.db.driver``), in the session's transaction: through
+SQLAlchemy each cost ten times what PostgreSQL spends on it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    Float,
-    Text,
-    and_,
-    any_,
-    cast,
-    func,
-    literal,
-    literal_column,
-    null,
-    or_,
-    select,
-    text,
-    true,
-    tuple_,
-    union_all,
-)
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import Params, driver, json_value
 from app.kit.timeutil import keep_ts
-from app.models import Embedding, Note, NoteVersion
 from app.notes.repository.vectors import INDEXED_DIMS
 from app.search.ranking import Key
 from app.tenancy import Scope
+
+#: A scalar subquery another repository writes for find's opening statement
+#: (the project's settings, its pending work, the question's word counts).
+Fragment = Callable[[Params, Scope], str]
 
 EXACT_BELOW = 10_000  # vectors in a project: below this, exact search is fast and exact
 
@@ -76,50 +67,40 @@ def key_value_terms(index: Sequence[str] | None) -> frozenset[str]:
     return frozenset(t for t in index or () if "=" in t)
 
 
-def note_filters(scope: Scope, f: Filters) -> list[Any]:
-    conds: list[Any] = [Note.tenant_id == scope.tenant_id, Note.project_id == scope.project_id]
+def filters_sql(p: Params, scope: Scope, f: Filters, n: str = "n") -> list[str]:
+    """The conditions on the note ``n`` every stage applies (its tenant and
+    project included), as SQL with ``p``'s parameters."""
+    conds = [
+        f"{n}.tenant_id = {p.once('tenant', scope.tenant_id)}",
+        f"{n}.project_id = {p.once('project', scope.project_id)}",
+    ]
     if f.tag_terms:
-        conds.append(Note.tag_index.contains(list(f.tag_terms)))
+        conds.append(f"{n}.tag_index @> {p(list(f.tag_terms))}::text[]")
     if f.since is not None:
-        conds.append(Note.updated_at >= f.since)
+        conds.append(f"{n}.updated_at >= {p(f.since)}")
     if f.until is not None:
-        conds.append(Note.updated_at < f.until)
+        conds.append(f"{n}.updated_at < {p(f.until)}")
     if f.id_regex:
-        conds.append(Note.id.regexp_match(f.id_regex))
+        conds.append(f"{n}.id ~ {p(f.id_regex)}::text")
     if not f.include_hidden:
-        conds.append(~Note.id.startswith(".", autoescape=True))
+        conds.append(f"left({n}.id, 1) <> '.'")
     if f.exclude_ids:
-        conds.append(Note.id.not_in(list(f.exclude_ids)))
+        conds.append(f"NOT ({n}.id = ANY({p(list(f.exclude_ids))}::text[]))")
     if f.as_of is not None:
-        conds.append(Note.created_at <= f.as_of)
+        conds.append(f"{n}.created_at <= {p(f.as_of)}")
     if not f.include_superseded:
-        current = ~Note.tag_index.contains(["superseded_by"])
+        current = f"NOT ({n}.tag_index @> ARRAY['superseded_by'])"
         if f.as_of is not None:
-            then = keep_ts(f.as_of)
-            current = or_(current, Note.tags["superseded_at"].astext > then)
+            then = p(keep_ts(f.as_of))
+            current = f"({current} OR ({n}.tags ->> 'superseded_at') > {then}::text)"
         conds.append(current)
     return conds
-
-
-def any_ids(note_ids: Sequence[str]) -> Any:
-    """``= ANY(one array parameter)``: unlike an IN list, the statement's text
-    does not change with the number of ids, so each connection prepares it
-    once (asyncpg), not once per list length."""
-    return any_(literal(list(note_ids), ARRAY(Text(collation="C"))))
-
-
-def joins_note(entity: Any, note_column: Any) -> Any:
-    return and_(
-        Note.tenant_id == entity.tenant_id,
-        Note.project_id == entity.project_id,
-        Note.id == note_column,
-    )
 
 
 @dataclass(frozen=True, slots=True)
 class Opening:
     vectors: int  # the project's vectors of the model, counted up to EXACT_BELOW
-    extra: tuple[Any, ...]  # the values of the ``also`` expressions, in order
+    extra: tuple[Any, ...]  # the values of the ``also`` fragments, in order
 
     @property
     def big(self) -> bool:
@@ -132,13 +113,14 @@ async def open_find(
     *,
     model: str,
     candidates: int,
-    also: Sequence[Any] = (),
+    also: Sequence[Fragment] = (),
     known_big: bool = False,
 ) -> Opening:
     """find's first statement: how many vectors the project has (which decides
     the vector stage's path), the values of ``also`` (scalar subqueries other
-    repositories build: the project's settings, its pending work), and the
-    planner settings of the rest of the transaction, in one round trip.
+    repositories write: the project's settings, its pending work, the
+    question's words), and the planner settings of the rest of the
+    transaction, in one round trip.
 
     Planner strategy, measured in bench/search.py: a small project is searched
     exactly (its rows through the tenant-leading btree, then sorted: a few
@@ -151,35 +133,32 @@ async def open_find(
     full sort, seconds at 100k).
     Counting up to EXACT_BELOW costs milliseconds, so the caller may say that
     it knows the project is big (``known_big``)."""
-    counted = (
-        select(Embedding.note_id)
-        .where(
-            Embedding.tenant_id == scope.tenant_id,
-            Embedding.project_id == scope.project_id,
-            Embedding.model == model,
-        )
-        .limit(EXACT_BELOW)
-        .subquery()
+    p = Params()
+    tenant, project = p.once("tenant", scope.tenant_id), p.once("project", scope.project_id)
+    count = (
+        f"(SELECT count(*) FROM (SELECT 1 FROM embeddings WHERE tenant_id = {tenant} "
+        f"AND project_id = {project} AND model = {p(model)}::text "
+        f"LIMIT {p(EXACT_BELOW)}::int) c)"
     )
-    count: Any = select(func.count()).select_from(counted).scalar_subquery()
     if known_big:  # counted a moment ago: big projects do not shrink that fast
-        count = literal(EXACT_BELOW)
+        count = f"{p(EXACT_BELOW)}::int"
     settings = {
-        "plan_cache_mode": literal("force_custom_plan"),
-        "hnsw.iterative_scan": literal("relaxed_order"),
-        "hnsw.ef_search": literal(str(max(40, min(candidates, 1000)))),
+        "plan_cache_mode": "force_custom_plan",
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.ef_search": str(max(40, min(candidates, 1000))),
         # No statement of find has a choice between sorting and not but the
         # two that must not sort: the HNSW path of a big project and the
-        # timeline probe (``neighbours_query``), which estimated on a few rows
+        # timeline probe (``neighbours_sql``), which estimated on a few rows
         # would rather read notes by time and sort the ties (an import stamped
         # with one time is all ties: 150 ms a find at 1M). The exact path of a
         # small project orders by an expression no index has, so it sorts
         # whatever this says, as do the text stage's rankings.
-        "enable_sort": literal("off"),
-        "enable_incremental_sort": literal("off"),
+        "enable_sort": "off",
+        "enable_incremental_sort": "off",
     }
-    configured = [func.set_config(name, value, True) for name, value in settings.items()]
-    row = (await session.execute(select(count, *also, *configured))).one()
+    columns = [count, *(fragment(p, scope) for fragment in also)]
+    columns += [f"set_config('{name}', '{value}', true)" for name, value in settings.items()]
+    row = await (await driver(session)).fetchrow(f"SELECT {', '.join(columns)}", *p.values)
     return Opening(int(row[0] or 0), tuple(row[1 : 1 + len(also)]))
 
 
@@ -192,6 +171,17 @@ def _vector_literal(vector: Sequence[float]) -> str:
 @functools.lru_cache(maxsize=256)
 def _literal(vector: tuple[float, ...]) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+def _query_vector(p: Params, vector: Sequence[float]) -> str:
+    """The question's vector as a parameter (its text form, cast), typed to
+    the dimension the HNSW indexes are built for when it is one of them."""
+    qv = p.once("qv", _vector_literal(vector))
+    return (
+        f"{qv}::text::vector({len(vector)})"
+        if len(vector) in INDEXED_DIMS
+        else f"{qv}::text::vector"
+    )
 
 
 async def semantic(
@@ -210,61 +200,38 @@ async def semantic(
     (planner settings: ``open_find``), best first; and, in the same round trip,
     the cosine of the ``cosines_of`` items' own vectors (items not embedded
     yet are left out)."""
+    p = Params()
     dim = len(vector)
-    qv = _vector_literal(vector)
-    if dim in INDEXED_DIMS:
-        column: Any = literal_column(f"embeddings.embedding::vector({dim})")
-        query_vec: Any = text(f"CAST(:qv AS vector({dim}))").bindparams(qv=qv)
-    else:
-        # Untyped on both sides: the query vector travels as text and is cast
-        # in SQL (a typed column would make SQLAlchemy bind it as a Vector).
-        column = literal_column("embeddings.embedding")
-        query_vec = text("CAST(:qv AS vector)").bindparams(qv=qv)
-    distance = column.op("<=>", return_type=Float)(query_vec)
-    stamp = func.coalesce(NoteVersion.updated_at, Note.updated_at)
-    born = func.coalesce(NoteVersion.created_at, Note.created_at)
-    nearest = (
-        select(
-            literal(True).label("found"),
-            Embedding.note_id,
-            Embedding.kind,
-            Embedding.ref,
-            distance.label("d"),
-            stamp.label("ts"),
-            born.label("born"),
-            Note.tag_index,
-        )
-        .join(Note, joins_note(Embedding, Embedding.note_id))
-        .outerjoin(
-            NoteVersion,
-            and_(
-                Embedding.kind == "version",
-                NoteVersion.tenant_id == Embedding.tenant_id,
-                NoteVersion.project_id == Embedding.project_id,
-                NoteVersion.note_id == Embedding.note_id,
-                NoteVersion.version == Embedding.ref,
-            ),
-        )
-        .where(
-            Embedding.tenant_id == scope.tenant_id,
-            Embedding.project_id == scope.project_id,
-            Embedding.model == model,
-            Embedding.dim == dim,
-            Embedding.kind.in_(list(kinds)),
-            *note_filters(scope, filters),
-        )
-        # The exact path orders by an expression no index matches, so its
-        # statement (and any plan cached for it) can never be the HNSW one,
-        # and the other way round.
-        .order_by(distance if big else distance + 0.0)
-        .limit(limit)
-    )
-    stmt: Any = nearest
+    qv = _query_vector(p, vector)
+    column = f"e.embedding::vector({dim})" if dim in INDEXED_DIMS else "e.embedding"
+    # The exact path orders by an expression no index matches, so its
+    # statement (and any plan cached for it) can never be the HNSW one, and
+    # the other way round.
+    order = f"{column} <=> {qv}" if big else f"({column} <=> {qv}) + 0.0"
+    nearest = f"""
+        SELECT true AS found, e.note_id, e.kind, e.ref, {column} <=> {qv} AS d,
+               coalesce(v.updated_at, n.updated_at) AS ts,
+               coalesce(v.created_at, n.created_at) AS born, n.tag_index
+        FROM embeddings e
+        JOIN notes n ON n.tenant_id = e.tenant_id AND n.project_id = e.project_id
+                    AND n.id = e.note_id
+        LEFT JOIN note_versions v ON e.kind = 'version' AND v.tenant_id = e.tenant_id
+                    AND v.project_id = e.project_id AND v.note_id = e.note_id
+                    AND v.version = e.ref
+        WHERE e.tenant_id = {p.once("tenant", scope.tenant_id)}
+          AND e.project_id = {p.once("project", scope.project_id)}
+          AND e.model = {p.once("model", model)}::text AND e.dim = {p(dim)}::int
+          AND e.kind = ANY({p(list(kinds))}::text[])
+          AND {" AND ".join(filters_sql(p, scope, filters))}
+        ORDER BY {order}
+        LIMIT {p(limit)}::int"""
+    sql = nearest
     if cosines_of:
-        stmt = union_all(nearest.subquery().select(), _cosines(scope, cosines_of, qv, model, dim))
+        cosines = _cosines_sql(p, scope, cosines_of, model, dim)
+        sql = f"SELECT * FROM ({nearest}) nearest UNION ALL {cosines}"
     hits: list[Hit] = []
     near: dict[Key, float] = {}
-    for r in await session.execute(stmt):
+    for r in await (await driver(session)).fetch(sql, *p.values):
         if r[0]:
             hits.append(Hit(r[1], r[2], r[3], 1.0 - float(r[4]), r[5], r[6], key_value_terms(r[7])))
         else:
@@ -274,27 +241,17 @@ async def semantic(
     return sorted(hits, key=lambda h: -h.score), near
 
 
-def _cosines(scope: Scope, keys: Sequence[Key], qv: str, model: str, dim: int) -> Any:
-    distance = Embedding.embedding.op("<=>", return_type=Float)(
-        text("CAST(:qv2 AS vector)").bindparams(qv2=qv)
-    )
-    return select(
-        literal(False).label("found"),
-        Embedding.note_id,
-        Embedding.kind,
-        Embedding.ref,
-        distance.label("d"),
-        cast(null(), Note.updated_at.type).label("ts"),
-        cast(null(), Note.created_at.type).label("born"),
-        cast(null(), Note.tag_index.type).label("tag_index"),
-    ).where(
-        Embedding.tenant_id == scope.tenant_id,
-        Embedding.project_id == scope.project_id,
-        Embedding.model == model,
-        Embedding.dim == dim,
-        Embedding.note_id == any_ids(sorted({k[0] for k in keys})),
-        Embedding.kind.in_(sorted({k[1] for k in keys})),
-    )
+def _cosines_sql(p: Params, scope: Scope, keys: Sequence[Key], model: str, dim: int) -> str:
+    qv = p.once("qv", None)  # the caller's query vector parameter
+    return f"""
+        SELECT false, e.note_id, e.kind, e.ref, e.embedding <=> {qv}::text::vector,
+               NULL::timestamptz, NULL::timestamptz, NULL::text[]
+        FROM embeddings e
+        WHERE e.tenant_id = {p.once("tenant", scope.tenant_id)}
+          AND e.project_id = {p.once("project", scope.project_id)}
+          AND e.model = {p.once("model", model)}::text AND e.dim = {p.once("dim", dim)}::int
+          AND e.note_id = ANY({p(sorted({k[0] for k in keys}))}::text[])
+          AND e.kind = ANY({p(sorted({k[1] for k in keys}))}::text[])"""
 
 
 async def similarity(
@@ -309,9 +266,12 @@ async def similarity(
     own vectors (items not embedded yet are left out)."""
     if not keys:
         return {}
-    stmt = _cosines(scope, keys, _vector_literal(vector), model, len(vector))
+    p = Params()
+    p.once("qv", _vector_literal(vector))
+    sql = _cosines_sql(p, scope, keys, model, len(vector))
     wanted = set(keys)
-    out = {(r[1], r[2], r[3]): 1.0 - float(r[4]) for r in await session.execute(stmt)}
+    rows = await (await driver(session)).fetch(sql, *p.values)
+    out = {(r[1], r[2], r[3]): 1.0 - float(r[4]) for r in rows}
     return {k: v for k, v in out.items() if k in wanted}
 
 
@@ -341,8 +301,10 @@ async def neighbours(
     if not note_ids:
         return {}
     out: dict[str, tuple[Neighbour | None, Neighbour | None]] = {}
-    stmt = neighbours_query(scope, note_ids, filters=filters, gap=gap, vector=vector, model=model)
-    for r in await session.execute(stmt):
+    sql, values = neighbours_sql(
+        scope, note_ids, filters=filters, gap=gap, vector=vector, model=model
+    )
+    for r in await (await driver(session)).fetch(sql, *values):
         out[r[0]] = (
             Neighbour(r[1], r[2], r[3], key_value_terms(r[4]), r[5]) if r[1] is not None else None,
             Neighbour(r[6], r[7], r[8], key_value_terms(r[9]), r[10]) if r[6] is not None else None,
@@ -350,10 +312,7 @@ async def neighbours(
     return out
 
 
-_ANCHOR = Note.__table__.alias("anchor")
-
-
-def neighbours_query(
+def neighbours_sql(
     scope: Scope,
     note_ids: Sequence[str],
     *,
@@ -361,65 +320,76 @@ def neighbours_query(
     gap: timedelta,
     vector: Sequence[float] | None = None,
     model: str = "",
-) -> Any:
+) -> tuple[str, list[Any]]:
     """One index probe either way per note (ix_notes_timeline), and one for
-    each neighbour's vector."""
-    anchor = _ANCHOR  # a Core alias: an ORM alias cost a millisecond a find to build
-    natural = func.keepmem_natural_key(Note.id)
-    here = tuple_(anchor.c.created_at, func.keepmem_natural_key(anchor.c.id))
+    each neighbour's vector: the statement and its parameters."""
+    p = Params()
+    gap_param = p(gap)
+    conds = " AND ".join(filters_sql(p, scope, filters))
+    cosine = "NULL::float8"
+    if vector is not None:
+        qv = p(_vector_literal(vector))
+        cosine = f"""(SELECT 1.0 - (e.embedding <=> {qv}::text::vector) FROM embeddings e
+            WHERE e.tenant_id = n.tenant_id AND e.project_id = n.project_id
+              AND e.note_id = n.id AND e.kind = 'note' AND e.ref = 0
+              AND e.model = {p(model)}::text AND e.dim = {p(len(vector))}::int)"""
 
-    def side(before: bool) -> Any:
-        order = (Note.created_at.desc(), natural.desc()) if before else (Note.created_at, natural)
-        cosine: Any = literal(None, Float)
-        if vector is not None:
-            qv = text("CAST(:nqv AS vector)").bindparams(nqv=_vector_literal(vector))
-            cosine = (
-                select(1.0 - Embedding.embedding.op("<=>", return_type=Float)(qv))
-                .where(
-                    Embedding.tenant_id == Note.tenant_id,
-                    Embedding.project_id == Note.project_id,
-                    Embedding.note_id == Note.id,
-                    Embedding.kind == "note",
-                    Embedding.ref == 0,
-                    Embedding.model == model,
-                    Embedding.dim == len(vector),
-                )
-                .scalar_subquery()
-            )
-        return (
-            select(
-                Note.id, Note.created_at, Note.updated_at, Note.tag_index, cosine.label("cosine")
-            )
-            .where(
-                *note_filters(scope, filters),
-                Note.summary != "",  # no text (an edge's stub), no context
-                # The row comparison alone bounds the scan on the anchor's side:
-                # a second bound there (created_at <= the anchor's) is the one
-                # the index scan starts from, and a big import stamped with one
-                # time was then read note by note (250 ms at 1M, bench/search.py).
-                tuple_(Note.created_at, natural) < here
-                if before
-                else tuple_(Note.created_at, natural) > here,
-                Note.created_at >= anchor.c.created_at - gap
-                if before
-                else Note.created_at <= anchor.c.created_at + gap,
-            )
-            .order_by(*order)
-            .limit(1)
-            .lateral()
+    def side(before: bool) -> str:
+        # The row comparison alone bounds the scan on the anchor's side: a
+        # second bound there (created_at <= the anchor's) is the one the
+        # index scan starts from, and a big import stamped with one time was
+        # then read note by note (250 ms at 1M, bench/search.py).
+        compare, bound, order = (
+            ("<", f"n.created_at >= a.created_at - {gap_param}::interval", "DESC")
+            if before
+            else (">", f"n.created_at <= a.created_at + {gap_param}::interval", "")
         )
+        return f"""LATERAL (
+            SELECT n.id, n.created_at, n.updated_at, n.tag_index, {cosine} AS cosine
+            FROM notes n
+            WHERE {conds}
+              AND n.summary <> ''
+              AND (n.created_at, keepmem_natural_key(n.id))
+                  {compare} (a.created_at, keepmem_natural_key(a.id))
+              AND {bound}
+            ORDER BY n.created_at {order}, keepmem_natural_key(n.id) {order}
+            LIMIT 1)"""
 
-    prev, after = side(True), side(False)
-    return (
-        select(anchor.c.id, prev.c.id, prev.c.created_at, prev.c.updated_at, prev.c.tag_index)
-        .add_columns(prev.c.cosine, after.c.id, after.c.created_at, after.c.updated_at)
-        .add_columns(after.c.tag_index, after.c.cosine)
-        .select_from(anchor)
-        .outerjoin(prev, true())
-        .outerjoin(after, true())
-        .where(
-            anchor.c.tenant_id == scope.tenant_id,
-            anchor.c.project_id == scope.project_id,
-            anchor.c.id == any_ids(note_ids),
-        )
+    sql = f"""
+        SELECT a.id, b.id, b.created_at, b.updated_at, b.tag_index, b.cosine,
+               f.id, f.created_at, f.updated_at, f.tag_index, f.cosine
+        FROM notes a
+        LEFT JOIN {side(True)} b ON true
+        LEFT JOIN {side(False)} f ON true
+        WHERE a.tenant_id = {p.once("tenant", scope.tenant_id)}
+          AND a.project_id = {p.once("project", scope.project_id)}
+          AND a.id = ANY({p(list(note_ids))}::text[])"""
+    return sql, p.values
+
+
+@dataclass(frozen=True, slots=True)
+class PageNote:
+    """What a page shows of a note (``app.notes.views.note_view`` reads it)."""
+
+    id: str
+    summary: str
+    tags: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    accessed_at: datetime
+
+
+async def page_notes(
+    session: AsyncSession, scope: Scope, note_ids: Sequence[str]
+) -> dict[str, PageNote]:
+    """The notes a page shows, in one statement."""
+    if not note_ids:
+        return {}
+    rows = await (await driver(session)).fetch(
+        "SELECT id, summary, tags, created_at, updated_at, accessed_at FROM notes "
+        "WHERE tenant_id = $1 AND project_id = $2 AND id = ANY($3::text[])",
+        scope.tenant_id,
+        scope.project_id,
+        list(note_ids),
     )
+    return {r[0]: PageNote(r[0], r[1], json_value(r[2]), r[3], r[4], r[5]) for r in rows}

@@ -268,13 +268,10 @@ async def _open(session: AsyncSession, scope: Scope, data: FindInput, *, model: 
     now = time.monotonic()
     counted = _big_since.get(size_key)
     known_big = counted is not None and now - counted < BIG_FOR
-    also = [
-        projects.project_settings_query(scope),
-        jobs.count_open_query(scope, kinds=["embed", "reindex"]),
-    ]
+    also = [projects.project_settings_sql, jobs.count_open_sql(["embed", "reindex"])]
     question = (data.query or "").strip()
     if question and data.stages in ("hybrid", "text"):
-        also.append(fulltext.question_query(scope, question))
+        also.append(fulltext.question_sql(question))
     with timed("open"):
         opening = await repo.open_find(
             session, scope, model=model, candidates=wide, also=also, known_big=known_big
@@ -530,7 +527,7 @@ async def _deep(
 async def _views(
     session: AsyncSession, scope: Scope, scored: list[tuple[Key, float]]
 ) -> list[tuple[Key, ItemView, float]]:
-    found = await notes.get_many(session, scope, list({k[0] for k, _ in scored}))
+    found = await repo.page_notes(session, scope, list({k[0] for k, _ in scored}))
     parts = await notes.get_parts_many(
         session, scope, [(k[0], k[2]) for k, _ in scored if k[1] == "part" and k[0] in found]
     )

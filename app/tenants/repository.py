@@ -10,6 +10,7 @@ from sqlalchemy import Text, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import Params
 from app.models import Note, Project, Tenant
 from app.tenancy import Scope, TenantScope
 
@@ -91,6 +92,14 @@ def project_settings_query(scope: Scope) -> Any:
         select(Project.settings)
         .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
         .scalar_subquery()
+    )
+
+
+def project_settings_sql(p: Params, scope: Scope) -> str:
+    """The project's settings as a scalar subquery of a hand-written statement."""
+    return (
+        f"(SELECT settings FROM projects WHERE tenant_id = {p.once('tenant', scope.tenant_id)} "
+        f"AND id = {p.once('project', scope.project_id)})"
     )
 
 

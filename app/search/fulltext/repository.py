@@ -21,30 +21,23 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    Float,
-    Text,
-    column,
     delete,
     func,
-    literal,
     literal_column,
     select,
     text,
-    true,
-    union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.models import Note, NoteVersion, Part, Project, TermStat
-from app.search.repository import Filters, Hit, joins_note, key_value_terms, note_filters
+from app.db import Params, driver, json_value
+from app.models import Note, Project, TermStat
+from app.search.repository import Filters, Hit, filters_sql, key_value_terms
 from app.tenancy import Scope
 
 FTS_CONFIG = "english"
@@ -93,8 +86,8 @@ def _lexemes(group: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.replace("''", "'") for m in _LEXEME.findall(group)))
 
 
-def question_query(scope: Scope, query: str) -> Any:
-    """The question's words and this project's counts of them, as one scalar
+def question_sql(query: str) -> Callable[[Params, Scope], str]:
+    """The question's words and this project's counts of them, as a scalar
     subquery (a JSON array, ``terms_of`` reads it): find reads it in its
     opening statement, so the question costs no round trip of its own.
 
@@ -103,58 +96,51 @@ def question_query(scope: Scope, query: str) -> Any:
     project. Counts come from the worker's last recount (``term_stats``) where there is
     one; a word missing from it is rarer than STATS_FLOOR and is counted here,
     up to that. Before the first recount everything is counted here."""
-    return (
-        text(
-            """
+
+    def fragment(p: Params, scope: Scope) -> str:
+        T, P = p.once("tenant", scope.tenant_id), p.once("project", scope.project_id)
+        Q, CONFIG = f"{p(query)}::text", f"{p(FTS_CONFIG)}::regconfig"
+        CAP, FLOOR, SAMPLE = (f"{p(v)}::int" for v in (N_CAP, STATS_FLOOR, LENGTH_SAMPLE))
+        return f"""(
                 WITH p AS (
                   SELECT term_stats_at, term_stats_notes, term_stats_avgdl FROM projects
-                  WHERE tenant_id = :fq_t AND id = :fq_p),
+                  WHERE tenant_id = {T} AND id = {P}),
                 w AS (
                   SELECT DISTINCT word
-                  FROM unnest(tsvector_to_array(to_tsvector(CAST(:fq_config AS regconfig), :fq_q)))
+                  FROM unnest(tsvector_to_array(to_tsvector({CONFIG}, {Q})))
                        AS word)
                 SELECT json_build_array(
-                  CAST(plainto_tsquery(CAST(:fq_config AS regconfig), :fq_q) AS text),
+                  CAST(plainto_tsquery({CONFIG}, {Q}) AS text),
                   coalesce((SELECT term_stats_notes FROM p),
                            (SELECT count(*) FROM (SELECT 1 FROM notes
-                              WHERE tenant_id = :fq_t AND project_id = :fq_p
-                                AND left(id, 1) <> '.' LIMIT :fq_cap) s)),
+                              WHERE tenant_id = {T} AND project_id = {P}
+                                AND left(id, 1) <> '.' LIMIT {CAP}) s)),
                   coalesce((SELECT term_stats_avgdl FROM p),
                            (SELECT avg(length(fts)) FROM (SELECT fts FROM notes
-                              WHERE tenant_id = :fq_t AND project_id = :fq_p
-                                AND left(id, 1) <> '.' LIMIT :fq_sample) s)),
+                              WHERE tenant_id = {T} AND project_id = {P}
+                                AND left(id, 1) <> '.' LIMIT {SAMPLE}) s)),
                   array(SELECT word FROM w ORDER BY word),
                   array(SELECT coalesce(s.ndoc,
                            (SELECT count(*) FROM (SELECT 1 FROM notes
-                              WHERE tenant_id = :fq_t AND project_id = :fq_p
+                              WHERE tenant_id = {T} AND project_id = {P}
                                 AND left(id, 1) <> '.'
                                 AND fts @@ to_tsquery('simple', quote_literal(w.word))
-                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN :fq_cap
-                                                 ELSE :fq_floor END FROM p)) c))
+                              LIMIT (SELECT CASE WHEN term_stats_at IS NULL THEN {CAP}
+                                                 ELSE {FLOOR} END FROM p)) c))
                         FROM w LEFT JOIN term_stats s
-                          ON s.tenant_id = :fq_t AND s.project_id = :fq_p AND s.lexeme = w.word
+                          ON s.tenant_id = {T} AND s.project_id = {P} AND s.lexeme = w.word
                         ORDER BY w.word),
                   array(SELECT s.lexeme FROM term_stats s
-                        WHERE s.tenant_id = :fq_t AND s.project_id = :fq_p AND s.common
+                        WHERE s.tenant_id = {T} AND s.project_id = {P} AND s.common
                           AND s.lexeme IN (SELECT word FROM w)))
-                """
-        )
-        .bindparams(
-            fq_t=scope.tenant_id,
-            fq_p=scope.project_id,
-            fq_q=query,
-            fq_config=FTS_CONFIG,
-            fq_cap=N_CAP,
-            fq_floor=STATS_FLOOR,
-            fq_sample=LENGTH_SAMPLE,
-        )
-        .columns(column("question", JSON))
-        .scalar_subquery()
-    )
+                )"""
+
+    return fragment
 
 
 def terms_of(value: Any) -> Terms | None:
-    """The Terms of ``question_query``'s value (None: no word to search)."""
+    """The Terms of ``question_sql``'s value (None: no word to search)."""
+    value = json_value(value)
     parsed, total, avgdl, words, counts, common = value or (None, 0, None, [], [], [])
     # "'word' & 'other' & 'e-mail' <-> 'e' <-> 'mail'": one group per word.
     groups = tuple(
@@ -168,8 +154,10 @@ def terms_of(value: Any) -> Terms | None:
 
 
 async def read_question(session: AsyncSession, scope: Scope, query: str) -> Terms | None:
-    """``question_query`` on its own (find reads it in its opening statement)."""
-    return terms_of(await session.scalar(select(question_query(scope, query))))
+    """``question_sql`` on its own (find reads it in its opening statement)."""
+    p = Params()
+    sql = f"SELECT {question_sql(query)(p, scope)}"
+    return terms_of(await (await driver(session)).fetchval(sql, *p.values))
 
 
 def _choose(terms: Terms) -> list[tuple[str, ...]]:
@@ -294,82 +282,67 @@ async def _scored(
 ) -> tuple[list[Hit], int]:
     """BM25 of the notes (parts, versions) matching ``query`` (and not
     ``unless``), in one statement: the best ``limit`` and how many were scored."""
+    p = Params()
     # The lexemes are already stemmed: 'simple' reads them unchanged. A scalar
     # subquery is evaluated once per query (an InitPlan), not once per row.
-    tsq = select(func.to_tsquery("simple", query)).scalar_subquery()
-    skip = None if unless is None else select(func.to_tsquery("simple", unless)).scalar_subquery()
-    wanted = literal(lexemes, ARRAY(Text))
-    sources: list[Any] = []
-    entity: Any
-    for kind, entity, ref, updated, created in (
-        ("note", Note, literal(0), Note.updated_at, Note.created_at),
-        ("part", Part, Part.part_num, Note.updated_at, Note.created_at),
-        (
-            "version",
-            NoteVersion,
-            NoteVersion.version,
-            NoteVersion.updated_at,
-            NoteVersion.created_at,
-        ),
-    ):
+    tsq = f"(SELECT to_tsquery('simple', {p(query)}::text))"
+    skip = "" if unless is None else f"(SELECT to_tsquery('simple', {p(unless)}::text))"
+    wanted = p(lexemes)
+    conds = " AND ".join(filters_sql(p, scope, filters))
+    sources = []
+    for kind, table, ref, stamps in _SOURCES:
         if kind not in kinds:
             continue
-        note_id = Note.id if entity is Note else entity.note_id
         # Only the question's words of the document, with their positions:
         # mark them (weight A, the rest D) and keep the marked ones.
-        own = func.ts_filter(
-            func.setweight(func.setweight(entity.fts, _char("D")), _char("A"), wanted),
-            literal_column("""'{a}'::"char"[]"""),
+        joined = (
+            ""
+            if table == "notes n"
+            else (
+                "JOIN notes n ON n.tenant_id = d.tenant_id AND n.project_id = d.project_id "
+                "AND n.id = d.note_id"
+            )
         )
-        matches = select(
-            note_id.label("id"),
-            literal(kind).label("kind"),
-            ref.label("ref"),
-            updated.label("updated_at"),
-            created.label("created_at"),
-            Note.tag_index.label("tag_index"),
-            func.length(entity.fts).label("len"),
-            own.label("own"),
+        doc = "n" if table == "notes n" else "d"
+        sources.append(
+            f"""SELECT {"n.id" if doc == "n" else "d.note_id"} AS id, '{kind}' AS kind,
+                   {ref} AS ref, {stamps}, n.tag_index, length({doc}.fts) AS len,
+                   ts_filter(setweight(setweight({doc}.fts, 'D'), 'A', {wanted}::text[]),
+                             '{{a}}') AS own
+            FROM {table} {joined}
+            WHERE {conds} AND {doc}.fts @@ {tsq}
+            {f"AND NOT ({doc}.fts @@ {skip})" if skip else ""}"""
         )
-        if entity is not Note:
-            matches = matches.join(Note, joins_note(entity, entity.note_id))
-        matches = matches.where(*note_filters(scope, filters), entity.fts.op("@@")(tsq))
-        if skip is not None:
-            matches = matches.where(~entity.fts.op("@@", is_comparison=True)(skip))
-        sources.append(matches)
     if not sources:
         return [], 0
-    source: Any = sources[0]
-    if len(sources) > 1:
-        source = union_all(*sources)
-    cand = source.subquery("cand")
+    idf = p([terms.idf(x) for x in lexemes])
+    norm = f"{K1} * (1 - {B} + {B} * c.len / {p(max(terms.avgdl, 1.0))}::float8)"
     # BM25 (k1 1.2, b 0.75) of every candidate at once: one row per (candidate,
     # question word it holds), summed. Set-based, it costs a few microseconds a
     # candidate; a function called per row (migration 0005's) cost ten times that.
-    held = func.unnest(cand.c.own).table_valued("lexeme", "positions", "weights").lateral("u")
-    asked = func.unnest(wanted, literal([terms.idf(x) for x in lexemes], ARRAY(Float)))
-    q = asked.table_valued("lexeme", "idf").render_derived(name="q")
-    tf = func.cardinality(held.c.positions)
-    norm = K1 * (1 - B + B * cand.c.len / max(terms.avgdl, 1.0))
-    rank = func.sum(q.c.idf * tf * (K1 + 1) / (tf + norm)).label("r")
-    keys = [cand.c.id, cand.c.kind, cand.c.ref]
-    stmt = (
-        select(
-            *keys,
-            cand.c.updated_at,
-            cand.c.created_at,
-            cand.c.tag_index,
-            rank,
-            func.count().over().label("n"),
-        )
-        .select_from(cand.join(held, true()).join(q, q.c.lexeme == held.c.lexeme))
-        .group_by(*keys, cand.c.updated_at, cand.c.created_at, cand.c.tag_index)
-        .order_by(rank.desc(), cand.c.id)
-        .limit(limit)
-    )
-    rows = (await session.execute(stmt)).all()
+    sql = f"""
+        SELECT c.id, c.kind, c.ref, c.updated_at, c.created_at, c.tag_index,
+               sum(q.idf * cardinality(u.positions) * {K1 + 1}
+                   / (cardinality(u.positions) + {norm})) AS r,
+               count(*) OVER () AS n
+        FROM ({" UNION ALL ".join(sources)}) c
+        JOIN LATERAL unnest(c.own) AS u(lexeme, positions, weights) ON true
+        JOIN unnest({wanted}::text[], {idf}::float8[]) AS q(lexeme, idf)
+          ON q.lexeme = u.lexeme
+        GROUP BY c.id, c.kind, c.ref, c.updated_at, c.created_at, c.tag_index
+        ORDER BY r DESC, c.id
+        LIMIT {p(limit)}::int"""
+    rows = await (await driver(session)).fetch(sql, *p.values)
     hits = [Hit(r[0], r[1], r[2], float(r[6]), r[3], r[4], key_value_terms(r[5])) for r in rows]
     return hits, int(rows[0][7]) if rows else 0
+
+
+#: Where full text is searched: (kind, table, ref, the times a hit carries).
+_SOURCES = (
+    ("note", "notes n", "0", "n.updated_at, n.created_at"),
+    ("part", "parts d", "d.part_num", "n.updated_at, n.created_at"),
+    ("version", "note_versions d", "d.version", "d.updated_at, d.created_at"),
+)
 
 
 async def refresh_term_stats(session: AsyncSession, scope: Scope, *, min_notes: int) -> int:
