@@ -158,6 +158,10 @@ async def test_the_opening_statement_sets_the_plan_for_the_find(client, tenant, 
         )
         ef = (await s.execute(text("SHOW hnsw.ef_search"))).scalar_one()
     assert opening.vectors == 0 and not opening.big
+    async with tenancy.tenant_id_transaction(db, tenant.id) as s:
+        # a project counted as big a moment ago is not counted again
+        known = await repo.open_find(s, scope, model="m", candidates=500, known_big=True)
+    assert known.big
     assert settings == {
         "plan_cache_mode": "force_custom_plan",
         "enable_sort": "off",
