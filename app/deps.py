@@ -20,7 +20,7 @@ from app import ratelimit, tenancy
 from app.accounts import service as accounts
 from app.audit import http as audit
 from app.auth import service as auth_service
-from app.caches import RequestCaches
+from app.caches import KeyCache, RequestCaches
 from app.db import Database, refusal
 from app.errors import (
     AppError,
@@ -85,6 +85,20 @@ async def unit_of_work(
             if error is not exc:
                 raise error from exc
             raise
+        if auth_service.ended_credentials(session):
+            await forget_cached_keys(request)
+
+
+async def forget_cached_keys(request: Request) -> None:
+    """A committed transaction ended credentials (a key revoked or erased):
+    this process forgets the keys it cached at once, and a new revocation
+    epoch in Redis makes every other process look its keys up again on
+    their next use (``app.caches.KeyCache``)."""
+    caches: RequestCaches = request.app.state.caches
+    caches.keys.forget_all()
+    epoch = await ratelimit.new_key_epoch(request.app.state.redis)
+    if epoch is not None:
+        caches.keys.epoch = epoch
 
 
 def _refused_by_database(exc: Exception) -> AppError | None:
@@ -161,34 +175,29 @@ async def current_scope(
 ) -> Scope:
     """Resolve the credential (API key or access token) and the project into
     the request's tenant scope."""
-    redis = request.app.state.redis
-    address = request.client.host if request.client else "unknown"
-    failures = settings.auth_failures_per_minute
-    try:
-        credential = await auth_service.resolve_credential(
-            session,
-            presented=_bearer(credentials),
-            server_secret=server_secret(settings),
-            verifier=token_verifier(request, settings),
+    caches: RequestCaches = request.app.state.caches
+    credential = await _credential(request, session, settings, credentials, caches.keys)
+    admission = await _admit(request, settings, credential)
+    if admission.stale:
+        # A credential ended since this key was cached (in some process), or
+        # it was cached before this process learnt the epoch: forget every
+        # key cached here and take the database's word for this one.
+        caches.keys.forget_all(admission.epoch)
+        credential = await _credential(
+            request, session, settings, credentials, caches.keys, refresh=True
         )
-    except Unauthorized:
-        await ratelimit.count_failure(redis, address=address, failures_per_minute=failures)
-        raise
+        admission = await _admit(request, settings, credential)
+    if admission.epoch is not None:
+        caches.keys.epoch = admission.epoch
     tenant = credential.tenant
     tenant_var.set(str(tenant.tenant_id))  # this request's task only (log lines)
-    quota = await ratelimit.check(
-        redis,
-        key_id=tenant.key_id or tenant.credential,
-        limit_per_minute=settings.rate_limit_per_minute,
-    )
-    if quota is not None:
-        response.headers.update(quota.headers)
+    if admission.quota is not None:
+        response.headers.update(admission.quota.headers)
     # From here the unit of work is the credential's tenant's (row-level security).
     await tenancy.bind(session, tenant)
-    caches: RequestCaches = request.app.state.caches
     if tenant.key_id is not None and caches.needs_touch(tenant.key_id):
         await auth_service.record_use(session, tenant)
-    await _daily_quotas(request, session, tenant, caches)
+    await _daily_quotas(request, session, tenant, caches, admission.used_today)
     slug = await tenants_service.project_slug_for(
         session, tenant, forced=credential.project_slug, asked=x_project
     )
@@ -210,16 +219,66 @@ async def current_scope(
     return scope
 
 
+async def _credential(
+    request: Request,
+    session: AsyncSession,
+    settings: Settings,
+    credentials: HTTPAuthorizationCredentials | None,
+    keys: KeyCache[Any],
+    *,
+    refresh: bool = False,
+) -> auth_service.Credential:
+    """The presented credential, resolved (API keys through ``keys``, the
+    key cache; ``refresh``: from the database); a failure is counted
+    against the client's address (429 past the limit)."""
+    try:
+        return await auth_service.resolve_credential(
+            session,
+            presented=_bearer(credentials),
+            server_secret=server_secret(settings),
+            verifier=token_verifier(request, settings),
+            cache=keys,
+            cache_seconds=settings.key_cache_seconds,
+            refresh=refresh,
+        )
+    except Unauthorized:
+        await ratelimit.count_failure(
+            request.app.state.redis,
+            address=request.client.host if request.client else "unknown",
+            failures_per_minute=settings.auth_failures_per_minute,
+        )
+        raise
+
+
+async def _admit(
+    request: Request, settings: Settings, credential: auth_service.Credential
+) -> ratelimit.Admission:
+    """The request's one Redis round trip: the key's rate limit (429), the
+    tenant's count of the day, whether a cached key is still current."""
+    tenant = credential.tenant
+    return await ratelimit.admit(
+        request.app.state.redis,
+        key_id=tenant.key_id or tenant.credential,
+        tenant_id=tenant.tenant_id,
+        limit_per_minute=settings.rate_limit_per_minute,
+        cached_epoch=credential.cached_epoch,
+    )
+
+
 async def _daily_quotas(
-    request: Request, session: AsyncSession, tenant: TenantScope, caches: RequestCaches
+    request: Request,
+    session: AsyncSession,
+    tenant: TenantScope,
+    caches: RequestCaches,
+    used_today: int | None,
 ) -> None:
-    """Count the request against the tenant's day; refuse it past a daily quota."""
+    """Refuse the request past a daily quota (it was counted by ``_admit``)."""
     limits = caches.quotas.get(tenant.tenant_id)
     if limits is None:
         limits = await usage.daily_limits(session, tenant)
         caches.quotas.put(tenant.tenant_id, limits)
     requests, jobs = limits
-    await ratelimit.count_day(request.app.state.redis, tenant_id=tenant.tenant_id, limit=requests)
+    ratelimit.check_day(used_today, limit=requests)
     if jobs is not None and audit.is_write(request):
         await usage.check_jobs(session, tenant, limit=jobs)
 
@@ -282,11 +341,16 @@ async def admin_guard(
 
 
 async def system_unit_of_work(
-    _: Annotated[None, Depends(admin_guard)], db: Annotated[Database, Depends(get_db)]
+    _: Annotated[None, Depends(admin_guard)],
+    request: Request,
+    db: Annotated[Database, Depends(get_db)],
 ) -> AsyncIterator[AsyncSession]:
-    async with db.sessions() as session, session.begin():
-        await tenancy.bind_system(session)
-        yield session
+    async with db.sessions() as session:
+        async with session.begin():
+            await tenancy.bind_system(session)
+            yield session
+        if auth_service.ended_credentials(session):
+            await forget_cached_keys(request)
 
 
 SystemSessionDep = Annotated[AsyncSession, Depends(system_unit_of_work, scope="function")]

@@ -119,6 +119,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         own_db = db is None
         app.state.db = db if db is not None else Database.from_settings(settings)
         metrics.watch_pool(app.state.db.pool_status)
+        metrics.watch_streams(app.state.streams.total)
         if provider is not None:
             tracing.instrument_engine(app.state.db.engine, provider)
         app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
@@ -135,7 +136,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
             else None
         )
         try:
-            async with mcp.running():
+            async with mcp.running(), metrics.live_figures_written():
                 yield
         finally:
             app.state.drain.requested = True

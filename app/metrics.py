@@ -1,15 +1,28 @@
-"""Prometheus metrics of this process, in a registry of keepmem's own.
+"""Prometheus metrics, in a registry of keepmem's own.
 
 The API serves them at ``GET /metrics`` (with the queue's figures read from
 the database at scrape time, at most every few seconds); a worker serves its
 own on ``KEEPMEM_WORKER_METRICS_PORT``. No metric carries a tenant label:
 thousands of tenants would make thousands of series each.
+
+When the API runs as several processes (``KEEPMEM_API_WORKERS``), a scrape
+reaches one of them but must report them all: the CLI then gives every API
+process ``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode
+(chosen by that variable when the library is imported, before any setting
+is read). Each process writes its figures to memory-mapped files there;
+``REGISTRY`` then merges the files (counters and histograms summed over the
+processes, gauges by their ``multiprocess_mode``) and adds each live
+process's memory and CPU with a ``pid`` label.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from pathlib import Path
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,9 +32,18 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
+# Where prometheus_client keeps this process's figures (None: in memory).
+MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+#: What is served: this process's metrics, or every API process's.
 REGISTRY = CollectorRegistry(auto_describe=True)
-ProcessCollector(registry=REGISTRY)  # memory, CPU, open files of this process
+# The metric objects below register here; in multiprocess mode their own
+# values are this process's only, and the merged files are served instead.
+_OWN = REGISTRY if MULTIPROC_DIR is None else CollectorRegistry(auto_describe=True)
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _JOB = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
@@ -31,61 +53,53 @@ REQUESTS = Histogram(
     "API requests by route template, method and status (time to the end of the response).",
     ["method", "route", "status"],
     buckets=_LATENCY,
-    registry=REGISTRY,
+    registry=_OWN,
 )
 JOBS = Histogram(
     "keepmem_job_duration_seconds",
     "Background jobs run by this worker, by kind and outcome (done, retry, dead, ...).",
     ["kind", "outcome"],
     buckets=_JOB,
-    registry=REGISTRY,
+    registry=_OWN,
 )
 JOB_FAILURES = Counter(
     "keepmem_job_failures_total",
     "Job runs that failed, by kind and what follows (retry or dead).",
     ["kind", "outcome"],
-    registry=REGISTRY,
+    registry=_OWN,
 )
 EMBEDDED = Counter(
     "keepmem_embedded_notes_total",
     "Notes and parts this worker embedded (rate: embedding throughput).",
-    registry=REGISTRY,
+    registry=_OWN,
 )
 MEMORY_EXTRACTIONS = Counter(
     "keepmem_memory_extractions_total",
     "Memory extraction runs by mode (rules, a model's name, or refused: past the budget, "
     "read by the rules) and their outcomes by op (add, supersede, update, noop).",
     ["mode", "op"],
-    registry=REGISTRY,
+    registry=_OWN,
 )
 MEMORY_TOKENS = Counter(
     "keepmem_memory_tokens_total",
     "Model tokens spent on memory extraction, by direction (in, out).",
     ["direction"],
-    registry=REGISTRY,
-)
-QUEUED = Gauge(
-    "keepmem_jobs",
-    "Jobs in the outbox by kind and status (pending, dispatched, running, dead).",
-    ["kind", "status"],
-    registry=REGISTRY,
-)
-OLDEST = Gauge(
-    "keepmem_jobs_oldest_pending_age_seconds",
-    "Age of the oldest job waiting to run (pending or dispatched), by kind.",
-    ["kind"],
-    registry=REGISTRY,
+    registry=_OWN,
 )
 POOL = Gauge(
     "keepmem_db_pool_connections",
-    "Database connections of this process's pool: in use, idle, overflow, and the size.",
+    "Database connections of this process's pool (of every API process together when "
+    "there are several): in use, idle, overflow, and the size.",
     ["state"],
-    registry=REGISTRY,
+    multiprocess_mode="livesum",
+    registry=_OWN,
 )
 STREAMS = Gauge(
     "keepmem_event_streams_open",
-    "Open event streams (GET /v1/events and GET /mcp) in this process.",
-    registry=REGISTRY,
+    "Open event streams (GET /v1/events and GET /mcp) in this process (in every API "
+    "process together when there are several).",
+    multiprocess_mode="livesum",
+    registry=_OWN,
 )
 
 # Figures read from the database are kept this long (scrapers may be many).
@@ -119,7 +133,57 @@ def watch_pool(pool_status: Callable[[], dict[str, int]]) -> None:
         return lambda: float(pool_status().get(state, 0))
 
     for state in ("in_use", "idle", "overflow", "size"):
-        POOL.labels(state).set_function(reader(state))
+        _watch(f"pool {state}", POOL.labels(state), reader(state))
+
+
+def watch_streams(open_streams: Callable[[], int]) -> None:
+    """Count the event streams this process holds open, for scrapes served by
+    another API process (one process sets its count at the scrape itself)."""
+    if MULTIPROC_DIR is not None:
+        _watch("streams", STREAMS, lambda: float(open_streams()))
+
+
+# In multiprocess mode: gauges whose figures live in one process, and how to
+# read them (a scrape reads the files, so each process writes its own).
+_live: dict[str, tuple[Gauge, Callable[[], float]]] = {}
+
+
+def _watch(name: str, gauge: Gauge, read: Callable[[], float]) -> None:
+    if MULTIPROC_DIR is None:
+        gauge.set_function(read)
+    else:
+        _live[name] = (gauge, read)
+        gauge.set(read())
+
+
+def write_live_figures() -> None:
+    """Write this process's watched gauges to its file (multiprocess mode)."""
+    for gauge, read in _live.values():
+        gauge.set(read())
+
+
+@contextlib.asynccontextmanager
+async def live_figures_written(every_s: float = 1.0) -> AsyncIterator[None]:
+    """While the block runs, this process's watched gauges are written every
+    ``every_s`` in multiprocess mode: a scrape served by another API process
+    reads them from the files, so they are at most that old. (In one
+    process they are read at the scrape itself.)"""
+    if MULTIPROC_DIR is None:
+        yield
+        return
+
+    async def write() -> None:
+        while True:
+            write_live_figures()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(write())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def queue_is_stale() -> bool:
@@ -129,16 +193,80 @@ def queue_is_stale() -> bool:
 def set_queue(rows: Iterable[tuple[str, str, int, float | None]]) -> None:
     """(kind, status, count, age in seconds of the oldest) from the outbox."""
     global _queue_read_at
-    QUEUED.clear()
-    OLDEST.clear()
-    waiting: dict[str, float] = {}
-    for kind, status, count, oldest in rows:
-        QUEUED.labels(kind, status).set(count)
-        if status in ("pending", "dispatched") and oldest is not None:
-            waiting[kind] = max(waiting.get(kind, 0.0), oldest)
-    for kind, age in waiting.items():
-        OLDEST.labels(kind).set(age)
+    _QUEUE.rows = list(rows)
     _queue_read_at = time.monotonic()
+
+
+class _Queue(Collector):
+    """The outbox as last read from the database: the service's figures, not
+    a process's, so whichever process is scraped reports its own reading."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, int, float | None]] = []
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "keepmem_jobs",
+            "Jobs in the outbox by kind and status (pending, dispatched, running, dead).",
+            labels=["kind", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "keepmem_jobs_oldest_pending_age_seconds",
+            "Age of the oldest job waiting to run (pending or dispatched), by kind.",
+            labels=["kind"],
+        )
+        waiting: dict[str, float] = {}
+        for kind, status, count, age in self.rows:
+            jobs.add_metric([kind, status], count)
+            if status in ("pending", "dispatched") and age is not None:
+                waiting[kind] = max(waiting.get(kind, 0.0), age)
+        for kind, age in waiting.items():
+            oldest.add_metric([kind], age)
+        yield jobs
+        yield oldest
+
+
+class _Processes(Collector):
+    """Every API process's figures: the files of ``directory`` merged, and
+    the memory and CPU of each live process (those with live gauges: the
+    CLI removes a dead process's) labelled with its ``pid``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.files = MultiProcessCollector(None, path=str(directory))  # type: ignore[no-untyped-call]
+
+    def describe(self) -> list[Metric]:
+        return []  # the names depend on the files
+
+    def collect(self) -> Iterator[Metric]:
+        write_live_figures()  # the scraped process's own, as of now
+        yield from self.files.collect()  # type: ignore[no-untyped-call]
+        merged: dict[str, Metric] = {}
+        for pid in self._live_pids():
+            for family in _process_figures(pid):
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                for sample in family.samples:
+                    into.add_sample(sample.name, {**sample.labels, "pid": pid}, sample.value)
+        yield from merged.values()
+
+    def _live_pids(self) -> list[str]:
+        # prometheus_client's file names: gauge_livesum_<pid>.db
+        names = (p.name for p in self.directory.glob("gauge_live*_*.db"))
+        return sorted({name.removesuffix(".db").rsplit("_", 1)[-1] for name in names})
+
+
+def _process_figures(pid: str) -> Iterable[Metric]:
+    return ProcessCollector(pid=lambda: pid, registry=None).collect()
+
+
+_QUEUE = _Queue()
+if MULTIPROC_DIR is None:
+    ProcessCollector(registry=REGISTRY)  # memory, CPU, open files of this process
+else:
+    REGISTRY.register(_Processes(Path(MULTIPROC_DIR)))
+REGISTRY.register(_QUEUE)
 
 
 _serving: set[tuple[str, int]] = set()

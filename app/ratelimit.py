@@ -13,19 +13,27 @@ address for OAuth client registrations (open to anyone).
 All fail open: when Redis is unreachable, requests pass (the outage shows in
 /v1/ready) rather than a queue outage taking the whole API down.
 
+An authenticated request makes one Redis round trip (:func:`admit`): one
+script takes the key's token, counts the tenant's request of the day and
+reads the key-revocation epoch (``app.caches.KeyCache``).
+
 And one count kept in the process: :class:`StreamSlots`, the long-lived
 responses (``GET /v1/events``, ``GET /mcp``) a tenant holds open.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from app.errors import DailyQuotaExceeded, TooManyRequests
 from app.logs import log_failure
@@ -88,7 +96,12 @@ async def _take(redis: Any, bucket: str, per_minute: int, cost: int) -> Quota | 
     except Exception as exc:  # noqa: BLE001 - fail open, see the module doc
         log_failure(log, "rate limit skipped, redis unavailable", exc)
         return None
-    tokens = int(milli) / 1000
+    return _quota(per_minute, bool(allowed), int(milli))
+
+
+def _quota(per_minute: int, allowed: bool, milli: int) -> Quota:
+    rate = per_minute / 60.0
+    tokens = milli / 1000
     return Quota(
         limit=per_minute,
         remaining=max(0, math.floor(tokens)),
@@ -97,17 +110,136 @@ async def _take(redis: Any, bucket: str, per_minute: int, cost: int) -> Quota | 
     )
 
 
-async def check(redis: Any, *, key_id: object, limit_per_minute: int) -> Quota | None:
-    """Take one token from the key's bucket; 429 when it is empty."""
-    if redis is None or limit_per_minute <= 0:
-        return None
-    quota = await _take(redis, f"keepmem:rl:key:{key_id}", limit_per_minute, 1)
+# One round trip for an authenticated request. KEYS[1] the key's bucket,
+# KEYS[2] the tenant's count of the day, KEYS[3] the key-revocation epoch.
+# ARGV: now (s), capacity (0: no bucket), refill per second, the epoch the
+# caller's key was cached under ('' when it was looked up just now), the
+# day count's TTL. Returns {allowed 0/1, tokens left * 1000 (-1: no bucket),
+# requests today (-1: not counted), epoch}; {-1, ...} when the cached key is
+# stale: then nothing is taken or counted (the caller looks the key up
+# again and asks again). A refused request is not counted against the day.
+# (One script over three keys needs one Redis server: a Redis Cluster would
+# need the three names in one hash slot.)
+_ADMIT = """
+local epoch = redis.call('GET', KEYS[3]) or '0'
+if ARGV[4] ~= '' and ARGV[4] ~= epoch then
+  return {-1, -1, -1, epoch}
+end
+local allowed = 1
+local milli = -1
+local capacity = tonumber(ARGV[2])
+if capacity > 0 then
+  local rate = tonumber(ARGV[3])
+  local now = tonumber(ARGV[1])
+  local state = redis.call('HMGET', KEYS[1], 't', 'u')
+  local tokens = tonumber(state[1])
+  local updated = tonumber(state[2])
+  if tokens == nil then
+    tokens = capacity
+    updated = now
+  end
+  tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
+  allowed = 0
+  if tokens >= 1 then
+    tokens = tokens - 1
+    allowed = 1
+  end
+  redis.call('HSET', KEYS[1], 't', tokens, 'u', now)
+  redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
+  milli = math.floor(tokens * 1000)
+end
+local used = -1
+if allowed == 1 then
+  used = redis.call('INCR', KEYS[2])
+  if used == 1 then
+    redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
+  end
+end
+return {allowed, milli, used, epoch}
+"""
+_ADMIT_SHA = hashlib.sha1(_ADMIT.encode(), usedforsecurity=False).hexdigest()
+EPOCH_KEY = "keepmem:keys:epoch"
+DAY_TTL_S = 2 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What :func:`admit` learnt. ``stale``: the caller's cached key was
+    cached before a revocation; nothing was taken or counted."""
+
+    quota: Quota | None = None  # the key's bucket (None: no limit, or Redis down)
+    used_today: int | None = None  # the tenant's requests today, this one included
+    epoch: str | None = None  # the key-revocation epoch (None: Redis down)
+    stale: bool = False
+
+
+async def admit(
+    redis: Any,
+    *,
+    key_id: object,
+    tenant_id: object,
+    limit_per_minute: int,
+    cached_epoch: str | None = None,
+) -> Admission:
+    """An authenticated request's one Redis round trip: take a token from
+    the key's bucket (429 when it is empty), count the request against the
+    tenant's day (:func:`check_day` refuses it past the quota) and read the
+    key-revocation epoch. With ``cached_epoch`` (the key came from the key
+    cache) and an epoch moved on since, nothing is taken: ``stale``."""
+    if redis is None:
+        return Admission()
+    now = time.time()
+    per_minute = max(limit_per_minute, 0)
+    keys = (f"keepmem:rl:key:{key_id}", _day_key(tenant_id, _day(now)), EPOCH_KEY)
+    args = (now, per_minute, per_minute / 60.0, cached_epoch or "", DAY_TTL_S)
+    try:
+        try:
+            reply = await redis.evalsha(_ADMIT_SHA, len(keys), *keys, *args)
+        except NoScriptError:  # a restarted Redis has forgotten it: one more trip
+            reply = await redis.eval(_ADMIT, len(keys), *keys, *args)
+    except Exception as exc:  # noqa: BLE001 - fail open, see the module doc
+        log_failure(
+            log, "rate limit and daily quota skipped (not enforced), redis unavailable", exc
+        )
+        return Admission()
+    allowed, milli, used, epoch = (int(reply[0]), int(reply[1]), int(reply[2]), reply[3])
+    epoch = epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+    if allowed < 0:
+        return Admission(epoch=epoch, stale=True)
+    quota = _quota(per_minute, allowed == 1, milli) if milli >= 0 else None
     if quota is not None and quota.retry_after is not None:
         raise TooManyRequests(
             f"rate limit of {limit_per_minute} requests per minute exceeded for this key",
             headers=quota.headers,
         )
-    return quota
+    return Admission(quota=quota, used_today=used if used >= 0 else None, epoch=epoch)
+
+
+def check_day(used_today: int | None, *, limit: int | None) -> None:
+    """Refuse a request past the tenant's daily quota (if one is set): 429
+    until midnight (UTC)."""
+    if limit is None or used_today is None or used_today <= limit:
+        return
+    retry = int(86400 - time.time() % 86400) + 1
+    raise DailyQuotaExceeded(
+        f"quota exceeded: requests_per_day (limit {limit}); resets at 00:00 UTC",
+        headers={"Retry-After": str(retry)},
+    )
+
+
+async def new_key_epoch(redis: Any) -> str | None:
+    """A credential ended: a new key-revocation epoch, so every process
+    looks its cached keys up again on their next use. The new epoch, or
+    None when Redis is down (the cache's TTL bounds the delay then)."""
+    if redis is None:
+        return None
+    epoch = uuid.uuid4().hex
+    try:
+        await redis.set(EPOCH_KEY, epoch)
+    except Exception as exc:  # noqa: BLE001 - the TTL still ends the key
+        log_failure(log, "key revocation not published, redis unavailable", exc)
+        return None
+    return epoch
 
 
 def _address_bucket(address: str) -> str:
@@ -146,36 +278,16 @@ def _day_key(tenant_id: object, day: str) -> str:
     return f"keepmem:quota:requests:{tenant_id}:{day}"
 
 
-async def count_day(redis: Any, *, tenant_id: object, limit: int | None) -> None:
-    """Count one request of the tenant today (UTC); past its daily quota (if
-    one is set), 429 until midnight."""
-    if redis is None:
-        return
-    now = time.time()
-    day = time.strftime("%Y%m%d", time.gmtime(now))
-    try:
-        key = _day_key(tenant_id, day)
-        used = int(await redis.incr(key))
-        if used == 1:
-            await redis.expire(key, 2 * 86400)
-    except Exception as exc:  # noqa: BLE001 - Redis down: the quota is not enforced
-        log_failure(log, "daily request quota unavailable (not enforced)", exc)
-        return
-    if limit is not None and used > limit:
-        retry = int(86400 - now % 86400) + 1
-        raise DailyQuotaExceeded(
-            f"quota exceeded: requests_per_day (limit {limit}); resets at 00:00 UTC",
-            headers={"Retry-After": str(retry)},
-        )
+def _day(now: float) -> str:
+    return time.strftime("%Y%m%d", time.gmtime(now))
 
 
 async def requests_today(redis: Any, tenant_id: object) -> int | None:
     """Requests counted today (None when Redis cannot say)."""
     if redis is None:
         return None
-    day = time.strftime("%Y%m%d", time.gmtime())
     try:
-        value = await redis.get(_day_key(tenant_id, day))
+        value = await redis.get(_day_key(tenant_id, _day(time.time())))
     except Exception as exc:  # noqa: BLE001
         log_failure(log, "daily request count unavailable", exc)
         return None

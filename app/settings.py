@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
@@ -28,6 +31,20 @@ class Limits:
     # A note longer than this (characters) is cut into passages (a chunk job),
     # when chunking is on; 0 turns chunking off.
     chunk_min_chars: int = 2000
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, and a container's
+    CPU quota (cgroup v2 ``cpu.max``) when it is lower (``os.cpu_count()``
+    counts the host's cores in either case)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores or 1, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(cores or 1, 1)
 
 
 class Settings(BaseSettings):
@@ -90,6 +107,20 @@ class Settings(BaseSettings):
     data_dir: str = Field(default=".keepmem", description="Embedded stack data directory.")
     host: str = "127.0.0.1"
     port: int = 8765
+    # One API process saturates one core (its Python) while PostgreSQL waits
+    # on it (issue 36), so `serve` and `up` run one per usable core. At most
+    # four: each holds its own query-embedding model (measured ~440 MB
+    # resident once loaded, ~160 MB before) and up to db_pool_size +
+    # db_max_overflow connections; four full pools are 80 connections,
+    # inside PostgreSQL's stock max_connections of 100. 1 is the single
+    # process of before.
+    api_workers: int = Field(
+        default_factory=lambda: min(usable_cores(), 4),
+        ge=1,
+        le=64,
+        description="API processes of `keepmem serve` / `keepmem up` on one port (default: "
+        "one per usable core, at most 4).",
+    )
 
     db_pool_size: int = 10
     db_max_overflow: int = 10
@@ -128,6 +159,17 @@ class Settings(BaseSettings):
         default=30,
         description="Failed authentications per minute per client address before it gets "
         "429s; 0 disables.",
+    )
+    # A request's key is otherwise looked up in the database every time. A
+    # revocation through the API ends a cached key in every process at once
+    # (Redis carries a revocation epoch); this bounds the rest: Redis down,
+    # a tenant disabled or a key revoked in the database directly.
+    key_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="Seconds an API process remembers a resolved API key (0: looked up on "
+        "every request).",
     )
     # A client's address is the connection's peer unless the peer is one of
     # these: then it is what the proxy says (X-Forwarded-For, -Proto).
@@ -330,6 +372,21 @@ class Settings(BaseSettings):
     )
     term_stats_max_age_seconds: float = Field(
         default=6 * 3600.0, description="How often a big project's common words are re-counted."
+    )
+    # Autovacuum analyzes a table after 10 % of it changed: at a million
+    # notes a 20,000-note import leaves the planner with stale statistics
+    # (one find planned at 50 ms instead of 6 ms, issue 36).
+    planner_stats_min_rows: int = Field(
+        default=1000,
+        ge=0,
+        description="Rows changed in a table (notes, versions, parts, vectors, edges...) "
+        "since its last analyze from which a worker refreshes its planner statistics "
+        "(ANALYZE); 0 leaves it to autovacuum.",
+    )
+    planner_stats_interval_seconds: float = Field(
+        default=60.0,
+        ge=10,
+        description="A table is analyzed at most this often by the workers together.",
     )
     queue_name: str = Field(default="keepmem:queue", description="ARQ queue in Redis.")
 

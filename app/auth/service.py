@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit import repository as audit
 from app.auth import repository as repo
 from app.auth.keys import generate_key, hash_key, looks_like_key
+from app.caches import KeyCache
 from app.errors import BadRequest, Forbidden, KeyNotFound, Unauthorized
 from app.kit import tags as tagrules
 from app.kit.timeutil import utcnow
@@ -29,14 +30,45 @@ class NewKey:
 
 
 async def authenticate(
-    session: AsyncSession, *, presented: str, server_secret: str
-) -> repo.ResolvedKey:
-    """Resolve a presented key; any failure is the same 401 to the caller."""
+    session: AsyncSession,
+    *,
+    presented: str,
+    server_secret: str,
+    cache: KeyCache[repo.ResolvedKey] | None = None,
+    cache_seconds: float = 0.0,
+    refresh: bool = False,
+) -> tuple[repo.ResolvedKey, str | None]:
+    """Resolve a presented key; any failure is the same 401 to the caller.
+
+    Returns the key and, when it came from ``cache``, the revocation epoch it
+    was cached under (None: looked up in the database just now, as always
+    with ``refresh``). Only keys accepted here are cached, and the checks
+    run again on every use, so an expiry takes effect on time."""
     if not looks_like_key(presented):
         raise Unauthorized("invalid API key")
-    resolved = await repo.resolve(session, hash_key(server_secret, presented))
+    key_hash = hash_key(server_secret, presented)
+    if cache is None or cache_seconds <= 0:
+        cache = None
+    elif not refresh:
+        hit = cache.get(key_hash, cache_seconds)
+        if hit is not None:
+            try:
+                _check(hit[0])
+            except Unauthorized:
+                cache.forget(key_hash)
+                raise
+            return hit
+    epoch = cache.epoch if cache is not None else None  # read before the lookup (KeyCache)
+    resolved = await repo.resolve(session, key_hash)
     if resolved is None:
         raise Unauthorized("invalid API key")
+    _check(resolved)
+    if cache is not None and epoch is not None:
+        cache.put(key_hash, resolved, epoch)
+    return resolved, None
+
+
+def _check(resolved: repo.ResolvedKey) -> None:
     problem = None
     if resolved.revoked_at is not None:
         problem = "API key revoked"
@@ -50,7 +82,6 @@ async def authenticate(
         raise Unauthorized(
             problem, refused=None if resolved.tenant_disabled else tenant_of(resolved)
         )
-    return resolved
 
 
 def tenant_of(resolved: repo.ResolvedKey) -> TenantScope:
@@ -76,10 +107,13 @@ def oauth_client_tenant(tenant_id: uuid.UUID, client_id: str) -> TenantScope:
 @dataclass(frozen=True, slots=True)
 class Credential:
     """A presented credential, resolved: its tenant scope, and for a token
-    from an external issuer the project its claims name."""
+    from an external issuer the project its claims name. ``cached_epoch``:
+    for an API key taken from the key cache, the revocation epoch it was
+    cached under (the caller checks it is still Redis's, see ``KeyCache``)."""
 
     tenant: TenantScope
     project_slug: str | None = None
+    cached_epoch: str | None = None
 
 
 async def resolve_credential(
@@ -88,20 +122,45 @@ async def resolve_credential(
     presented: str,
     server_secret: str,
     verifier: tokens.Verifier | None,
+    cache: KeyCache[repo.ResolvedKey] | None = None,
+    cache_seconds: float = 0.0,
+    refresh: bool = False,
 ) -> Credential:
     """An API key or an OAuth access token (keepmem's or a trusted
     issuer's, checked by ``verifier``: signature, expiry, audience),
-    resolved to the same kind of scope; any failure is a 401."""
+    resolved to the same kind of scope; any failure is a 401. API keys are
+    remembered in ``cache`` for ``cache_seconds`` (0: not at all);
+    ``refresh`` looks the key up in the database even when it is cached."""
     if tokens.looks_like_jwt(presented):
         if verifier is None:
             raise Unauthorized("access tokens are not accepted here")
         tenant, slug = await tokens.authenticate(session, presented, verifier)
         return Credential(tenant=tenant, project_slug=slug)
-    return Credential(
-        tenant=tenant_of(
-            await authenticate(session, presented=presented, server_secret=server_secret)
-        )
+    resolved, epoch = await authenticate(
+        session,
+        presented=presented,
+        server_secret=server_secret,
+        cache=cache,
+        cache_seconds=cache_seconds,
+        refresh=refresh,
     )
+    return Credential(tenant=tenant_of(resolved), cached_epoch=epoch)
+
+
+#: ``session.info`` flag: this transaction ends credentials (a key revoked
+#: or erased, a tenant's keys erased). After its commit the API forgets the
+#: keys it cached and changes the revocation epoch, so every process looks
+#: its keys up again (``app.deps``).
+ENDS_CREDENTIALS = "keepmem.ends_credentials"
+
+
+def _ends_credentials(session: AsyncSession) -> None:
+    session.info[ENDS_CREDENTIALS] = True
+
+
+def ended_credentials(session: AsyncSession) -> bool:
+    """Whether the session's transaction ended credentials (and clears the flag)."""
+    return bool(session.info.pop(ENDS_CREDENTIALS, False))
 
 
 async def record_use(session: AsyncSession, scope: TenantScope) -> None:
@@ -222,6 +281,7 @@ async def revoke_key(
     row = await repo.revoke(session, tenant, key_id)
     if row is None:
         raise KeyNotFound(f"key not found: {key_id}")
+    _ends_credentials(session)  # and those narrowed from it
     await audit.record(session, tenant, actor=actor, action="key.revoke", target=str(key_id))
     return row
 
@@ -230,9 +290,12 @@ async def erase_keys_of_project(
     session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID
 ) -> list[uuid.UUID]:
     """Erase the keys locked to a project (its erasure revokes them); their ids."""
+    _ends_credentials(session)
     return await repo.delete_keys_of_project(session, tenant, project_id)
 
 
 async def key_ids(session: AsyncSession, tenant: TenantScope) -> list[uuid.UUID]:
-    """Every key id of the tenant (its erasure clears what Redis holds of them)."""
+    """Every key id of the tenant, for its erasure (which clears what Redis
+    holds of them): the tenant's keys end with this transaction."""
+    _ends_credentials(session)
     return await repo.key_ids(session, tenant)

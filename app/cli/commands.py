@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import __version__, logs, tenancy
+from app import __version__, tenancy
 from app.cli import process
+from app.cli.serving import METRICS_DIR
+from app.cli.serving import server_config as server_config  # (tests serve with it)
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -185,9 +187,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         key = None
         if _run(lambda: _tenant_count(settings)) == 0:
             _, key = _run(lambda: _create_tenant(settings, "default"))
-        worker = ChildProcess(
-            "worker", [sys.executable, "-m", "worker"], {**os.environ, **_env_of(settings)}
-        )
+        env = {**os.environ, **_env_of(settings)}
+        env.pop(METRICS_DIR, None)  # the API processes' (the worker serves its own)
+        worker = ChildProcess("worker", [sys.executable, "-m", "worker"], env)
         worker.start()
         # Everything this command started is restarted when it dies.
         parts: list[Part] = [worker]
@@ -199,9 +201,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             settings,
             args.host or settings.host,
             args.port or settings.port,
+            workers=args.workers or settings.api_workers,
             key=key,
             started=t0,
             data_dir=data_dir,
+            # A Ctrl-C reaches Redis and the worker too: they are not
+            # restarted while the API processes finish their requests.
+            stopping=supervisor.stop,
         )
     finally:
         if supervisor is not None:
@@ -236,76 +242,45 @@ def _env_of(settings: Settings) -> dict[str, str]:
     return env
 
 
-def server_config(app: Any, settings: Settings, *, host: str, port: int) -> Any:
-    """How uvicorn serves ``app`` (a ``uvicorn.Config``), in ``serve`` and ``up``.
-
-    Forwarded headers (``X-Forwarded-For``, ``-Proto``) are believed only from
-    ``KEEPMEM_TRUSTED_PROXIES``: uvicorn's own default believes any peer on
-    127.0.0.1, so a client on the same host (or behind an untrusted hop)
-    could give each failed login a new address and never meet the limit on
-    failed authentications."""
-    import uvicorn
-
-    proxies = settings.trusted_proxies
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,  # logs.configure's handlers (JSON lines by default)
-        log_level=settings.log_level.lower(),
-        lifespan="on",
-        proxy_headers=bool(proxies),
-        forwarded_allow_ips=list(proxies) if proxies else [],
-        # SIGTERM: stop accepting, let in-flight requests finish this long.
-        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
-    )
-
-
 def _serve(
     settings: Settings,
     host: str,
     port: int,
     *,
+    workers: int,
     key: str | None = None,
     started: float | None = None,
     data_dir: Path | None = None,
+    stopping: Callable[[], None] = lambda: None,
 ) -> int:
-    import uvicorn
+    """Serve the API (``workers`` processes); what is said and recorded once
+    it serves is said and recorded here, once, whatever their number.
+    ``stopping`` is called when several start to stop."""
+    from app.cli import serving
 
-    from app.main import create_app, drain
+    url = f"http://{host}:{port}"
 
-    logs.configure(settings.log_format, settings.log_level)
-    app = create_app(settings)
-    config = server_config(app, settings, host=host, port=port)
+    def on_started() -> None:
+        if started is not None:
+            several = f"{workers} API processes, " if workers > 1 else ""
+            _eprint(
+                f"keepmem: serving on {url} ({several}ready in "
+                f"{time.monotonic() - started:.1f}s); Ctrl-C stops"
+            )
+            _eprint(f"keepmem: dashboard at {url}/ui")
+        if data_dir is not None:
+            from app.cli.embedded import record_url
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            drain(app)  # event streams end instead of holding the shutdown
-            super().handle_exit(sig, frame)
+            record_url(data_dir, url)
+            _eprint(f"keepmem: admin token in {data_dir / 'secrets.json'}")
+        _print_exports(url, key)
 
-    server = Server(config)
-
-    async def main() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has no event
-            await asyncio.sleep(0.05)
-        if server.started:
-            if started is not None:
-                _eprint(
-                    f"keepmem: serving on http://{host}:{port} "
-                    f"(ready in {time.monotonic() - started:.1f}s); Ctrl-C stops"
-                )
-                _eprint(f"keepmem: dashboard at http://{host}:{port}/ui")
-            if data_dir is not None:
-                from app.cli.embedded import record_url
-
-                record_url(data_dir, f"http://{host}:{port}")
-                _eprint(f"keepmem: admin token in {data_dir / 'secrets.json'}")
-            _print_exports(f"http://{host}:{port}", key)
-        await task
-
-    asyncio.run(main())
-    return 0 if server.started else 1
+    if workers == 1:
+        return serving.serve_here(settings, host, port, on_started=on_started)
+    say = _eprint if data_dir is not None else None  # `serve` logs (JSON lines)
+    return serving.serve_processes(
+        settings, host, port, workers, on_started=on_started, stopping=stopping, say=say
+    )
 
 
 # -- serve / worker / migrate -------------------------------------------------------
@@ -317,7 +292,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # (Redis may be absent: background work then waits in the outbox.)
         _eprint(f"keepmem serve: set {' and '.join(missing)} (or run `keepmem up`)")
         return 2
-    return _serve(settings, args.host or settings.host, args.port or settings.port)
+    return _serve(
+        settings,
+        args.host or settings.host,
+        args.port or settings.port,
+        workers=args.workers or settings.api_workers,
+    )
 
 
 def cmd_worker(_: argparse.Namespace) -> int:
@@ -495,6 +475,18 @@ def _quota(text: str) -> int | None:
     return int(digits)
 
 
+WORKERS_HELP = (
+    "API processes sharing the port (default KEEPMEM_API_WORKERS: one per usable core, "
+    "at most 4; 1 serves from this process)"
+)
+
+
+def _workers(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 64):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes from 1 to 64")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="keepmem", description=__doc__)
     parser.add_argument("--version", action="version", version=f"keepmem {__version__}")
@@ -504,11 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", help="where data lives (default .keepmem)")
     up.add_argument("--host", help="bind address (default 127.0.0.1)")
     up.add_argument("--port", type=int, help="port (default 8765)")
+    up.add_argument("--workers", type=_workers, help=WORKERS_HELP)
     up.set_defaults(func=cmd_up)
 
     serve = sub.add_parser("serve", help="run the API against KEEPMEM_DATABASE_URL")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=_workers, help=WORKERS_HELP)
     serve.set_defaults(func=cmd_serve)
 
     sub.add_parser("worker", help="run an ARQ worker").set_defaults(func=cmd_worker)

@@ -29,6 +29,7 @@ from app.kit.timeutil import utcnow
 from app.logs import log_failure
 from app.models import Job
 from app.notes.repository import vectors
+from app.pipeline import planner_stats
 from app.pipeline.runner import VECTOR_KINDS, Pipeline
 from app.retention import repository as retention
 from app.search.fulltext import repository as search
@@ -198,26 +199,33 @@ async def loop(pipeline: Pipeline, redis: Any, *, stop: asyncio.Event | None = N
     settings = pipeline.settings
     next_reconcile = time.monotonic() + 5.0
     next_sweep = next_webhooks = 0.0
-    while stop is None or not stop.is_set():
-        moved = 0
-        try:
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + 1.0
-                await sweep(pipeline)
-            if time.monotonic() >= next_webhooks:
-                next_webhooks = time.monotonic() + settings.webhook_poll_seconds
-                await hand_off_webhooks(pipeline)
-            moved = await dispatch(pipeline, redis)
-            if time.monotonic() >= next_reconcile:
-                next_reconcile = time.monotonic() + settings.reconcile_interval_seconds
-                queued = await reconcile(pipeline)
-                if queued:
-                    log.info(
-                        "queued %d reindex jobs for model %s", queued, pipeline.embedder.model_id
-                    )
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - Redis or DB down: rows wait, we retry
-            log_failure(log, "dispatch round failed (will retry)", exc)
-        if moved == 0:
-            await asyncio.sleep(settings.dispatch_poll_seconds)
+    stats = planner_stats.Refresher(pipeline)
+    try:
+        while stop is None or not stop.is_set():
+            moved = 0
+            stats.poke()  # planner statistics, in a task of its own
+            try:
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + 1.0
+                    await sweep(pipeline)
+                if time.monotonic() >= next_webhooks:
+                    next_webhooks = time.monotonic() + settings.webhook_poll_seconds
+                    await hand_off_webhooks(pipeline)
+                moved = await dispatch(pipeline, redis)
+                if time.monotonic() >= next_reconcile:
+                    next_reconcile = time.monotonic() + settings.reconcile_interval_seconds
+                    queued = await reconcile(pipeline)
+                    if queued:
+                        log.info(
+                            "queued %d reindex jobs for model %s",
+                            queued,
+                            pipeline.embedder.model_id,
+                        )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Redis or DB down: rows wait, we retry
+                log_failure(log, "dispatch round failed (will retry)", exc)
+            if moved == 0:
+                await asyncio.sleep(settings.dispatch_poll_seconds)
+    finally:
+        await stats.aclose()
