@@ -39,6 +39,7 @@ from app.db import Database
 from app.providers.embedding.minilm import MiniLMEncoder
 from app.search import repository as search_base
 from app.search.fulltext import repository as search_repo
+from app.settings import Settings
 from app.tenancy import scope_for_job
 from bench.common import machine, pct, running_stack
 
@@ -411,6 +412,7 @@ def main() -> None:
         "queries": len(qtexts),
         "corpus": "Python docstrings",
         "synthetic_notes_in_big_tenant": args.synthetic,
+        "api_processes": Settings().api_workers,
     }
 
     encoder = MiniLMEncoder(threads=2, batch_size=8)
