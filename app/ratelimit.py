@@ -40,32 +40,40 @@ from app.logs import log_failure
 
 log = logging.getLogger("keepmem.ratelimit")
 
-# KEYS[1] bucket; ARGV: now (s), capacity, refill per second, cost.
-# Returns {allowed 0/1, tokens left * 1000}. State: tokens, updated-at.
-_TAKE = """
-local capacity = tonumber(ARGV[2])
-local rate = tonumber(ARGV[3])
-local now = tonumber(ARGV[1])
-local cost = tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 't', 'u')
-local tokens = tonumber(state[1])
-local updated = tonumber(state[2])
-if tokens == nil then
-  tokens = capacity
-  updated = now
+# A token bucket in Lua, shared by both scripts: take ``cost`` tokens from
+# the bucket ``key`` (refilled at ``rate`` a second up to ``capacity``).
+# State: tokens, updated-at. _TAKE: KEYS[1] bucket; ARGV: now (s), capacity,
+# refill per second, cost; returns {allowed 0/1, tokens left * 1000}.
+_BUCKET = """
+local function take(key, now, capacity, rate, cost)
+  local state = redis.call('HMGET', key, 't', 'u')
+  local tokens = tonumber(state[1])
+  local updated = tonumber(state[2])
+  if tokens == nil then
+    tokens = capacity
+    updated = now
+  end
+  tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
+  local allowed = 0
+  if tokens >= cost then
+    tokens = tokens - cost
+    allowed = 1
+  end
+  if cost > 0 or allowed == 0 then
+    redis.call('HSET', key, 't', tokens, 'u', now)
+    redis.call('EXPIRE', key, math.ceil(capacity / rate) + 1)
+  end
+  return allowed, tokens
 end
-tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
-local allowed = 0
-if tokens >= cost then
-  tokens = tokens - cost
-  allowed = 1
-end
-if cost > 0 or allowed == 0 then
-  redis.call('HSET', KEYS[1], 't', tokens, 'u', now)
-  redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
-end
+"""
+_TAKE = (
+    _BUCKET
+    + """
+local allowed, tokens = take(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]),
+                             tonumber(ARGV[3]), tonumber(ARGV[4]))
 return {allowed, math.floor(tokens * 1000)}
 """
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +128,9 @@ def _quota(per_minute: int, allowed: bool, milli: int) -> Quota:
 # again and asks again). A refused request is not counted against the day.
 # (One script over three keys needs one Redis server: a Redis Cluster would
 # need the three names in one hash slot.)
-_ADMIT = """
+_ADMIT = (
+    _BUCKET
+    + """
 local epoch = redis.call('GET', KEYS[3]) or '0'
 if ARGV[4] ~= '' and ARGV[4] ~= epoch then
   return {-1, -1, -1, epoch}
@@ -129,23 +139,8 @@ local allowed = 1
 local milli = -1
 local capacity = tonumber(ARGV[2])
 if capacity > 0 then
-  local rate = tonumber(ARGV[3])
-  local now = tonumber(ARGV[1])
-  local state = redis.call('HMGET', KEYS[1], 't', 'u')
-  local tokens = tonumber(state[1])
-  local updated = tonumber(state[2])
-  if tokens == nil then
-    tokens = capacity
-    updated = now
-  end
-  tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
-  allowed = 0
-  if tokens >= 1 then
-    tokens = tokens - 1
-    allowed = 1
-  end
-  redis.call('HSET', KEYS[1], 't', tokens, 'u', now)
-  redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
+  local tokens
+  allowed, tokens = take(KEYS[1], tonumber(ARGV[1]), capacity, tonumber(ARGV[3]), 1)
   milli = math.floor(tokens * 1000)
 end
 local used = -1
@@ -157,6 +152,7 @@ if allowed == 1 then
 end
 return {allowed, milli, used, epoch}
 """
+)
 _ADMIT_SHA = hashlib.sha1(_ADMIT.encode(), usedforsecurity=False).hexdigest()
 EPOCH_KEY = "keepmem:keys:epoch"
 DAY_TTL_S = 2 * 86400
