@@ -250,3 +250,20 @@ def test_workers_must_be_a_positive_number() -> None:
         [*CLI, "serve", "--workers", "0"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "number of processes" in done.stderr
+
+
+def test_the_listening_socket_says_it_is_tcp_so_answers_are_not_held_back() -> None:
+    """asyncio turns Nagle's algorithm off only on sockets whose protocol is
+    IPPROTO_TCP; with it on, an answer written in two parts waited for the
+    client's delayed ACK (about 40 ms a request, seen in bench/search.py)."""
+    import socket
+
+    from app.cli.serving import _listener
+
+    for balanced in (True, False):
+        sock = _listener("127.0.0.1", 0, balanced=balanced)
+        try:
+            assert sock.proto == socket.IPPROTO_TCP
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        finally:
+            sock.close()
