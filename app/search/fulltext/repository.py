@@ -43,6 +43,7 @@ from app.tenancy import Scope
 FTS_CONFIG = "english"
 MAX_TERMS = 12
 SCORE_AT_ONCE = 1500  # up to this many matches are scored at once; beyond, MaxScore
+EXACT_TOP = 10  # past SCORE_AT_ONCE, the first this many are exact BM25's (the rest scored)
 STATS_FLOOR = 50  # term_stats keeps words found in at least this many notes
 N_CAP = 100_000  # counting a project's notes (before the worker's count) stops here
 LENGTH_SAMPLE = 1000  # notes read for the average length before the worker's count
@@ -187,14 +188,13 @@ async def full_text(
     limit: int,
     exact: bool = False,
 ) -> Stage:
-    """Full-text matches (notes, parts, versions), best BM25 score first: the
-    first ``limit`` of exact BM25 over every match of the chosen words.
+    """Full-text matches (notes, parts, versions), best BM25 score first.
 
     Notes match any of the chosen words (all of them when every word is
-    common). When the counts say the matches are few, all are scored at once;
-    beyond, MaxScore (Turtle and Flood) leaves out the matches that cannot
-    reach the top ``limit`` (``exact`` scores them all: tests and benchmarks
-    compare the two)."""
+    common). When the counts say the matches are few, all are scored at once
+    (the page is exact BM25's); beyond, MaxScore (Turtle and Flood) leaves
+    out the matches that cannot reach the first EXACT_TOP (``exact`` scores
+    them all: tests and benchmarks compare the two)."""
     chosen = _choose(terms)
     every = not set().union(*chosen) - terms.common and len(chosen) > 1
     scored = list(dict.fromkeys(x for g in chosen for x in g))
@@ -221,20 +221,23 @@ async def _max_score(
     full_match: float,
 ) -> Stage:
     """MaxScore, set at a time. The rarest words' matches are scored first
-    (about SCORE_AT_ONCE of them): the ``limit``-th score among them is a
-    threshold every final hit reaches. A note that holds none of those words
+    (about SCORE_AT_ONCE of them): the EXACT_TOP-th score among them is a
+    threshold the top EXACT_TOP reach. A note that holds none of those words
     and only words whose most BM25 can give (``_bound``) sums below the
     threshold cannot reach it either: those words produce no candidates.
     The notes of the words left are scored in a second statement, without
-    the ones already scored. The result is exact BM25's top ``limit``."""
+    the ones already scored. The first EXACT_TOP hits are exact BM25's; the
+    rest, up to ``limit``, the best of the matches scored (what the ranking
+    blends with the vector stage's, as the cap before MaxScore gave)."""
     terms, limit = args[0], args[-1]
+    safe = min(limit, EXACT_TOP)
     first, seen = 0, 0
     while first < len(chosen) and (first == 0 or seen + counts[first] <= SCORE_AT_ONCE):
         seen += counts[first]
         first += 1
     head = " | ".join(_word(g) for g in chosen[:first])
     hits, n = await _scored(session, scope, head, *args)
-    threshold = hits[limit - 1].score if len(hits) >= limit else 0.0
+    threshold = hits[safe - 1].score if len(hits) >= safe else 0.0
     rest = chosen[first:]
     # A note matching none of the words below may still hold the lexemes of
     # a compound word (its parts without the phrase): they count too, and a
