@@ -9,14 +9,14 @@ by the worker from a job's own ids (``tenant_for_jobs``, ``scope_for_job``).
 Everything else receives one and passes it on.
 
 Row-level security keys on per-transaction settings: ``keepmem.tenant_id``
-(a tenant's work), ``keepmem.tag_scope`` (a tag-scoped credential's terms),
-``keepmem.oauth`` (the OAuth endpoints' view of the OAuth tables) and
-``keepmem.system`` (the admin API and the outbox dispatcher, which see every
-tenant). A tag-scoped transaction also switches to the scoped role (``SET
-LOCAL ROLE``), the one the tag-scope policies apply to. All are set with
-``set_config(..., true)``, so they end with the transaction and never leak to
-the next user of a pooled connection. Nothing else in the code base sets
-them (tests/test_architecture.py checks).
+(a tenant's work), ``keepmem.tag_scope`` (a tag-scoped credential's terms,
+in the text form of a ``text[]``), ``keepmem.oauth`` (the OAuth endpoints'
+view of the OAuth tables) and ``keepmem.system`` (the admin API and the
+outbox dispatcher, which see every tenant). A tag-scoped transaction also
+switches to the scoped role (``SET LOCAL ROLE``), the one the tag-scope
+policies apply to. All are set with ``set_config(..., true)``, so they end
+with the transaction and never leak to the next user of a pooled connection.
+Nothing else in the code base sets them (tests/test_architecture.py checks).
 
 The API's unit of work binds the request's scope (``app.deps``); the worker
 binds each job's scope through :func:`transaction`; tests and operators'
@@ -26,7 +26,6 @@ tools that start from a bare id use :func:`tenant_id_transaction` and
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -155,13 +154,17 @@ def scope_for_job(tenant_id: uuid.UUID, project_id: uuid.UUID, project_slug: str
 async def bind(session: AsyncSession, scope: TenantScope) -> None:
     """Bind the current transaction to the scope's tenant (and its tag scope)."""
     if scope.tag_terms:
+        # The terms travel as an array and are stored in PostgreSQL's own
+        # text form of it (quoting done by the server): the policies read
+        # them back with a plain cast, an expression the planner inlines
+        # and can use as a GIN index key (migration 0020).
         await session.execute(
             text(
                 "SELECT set_config('keepmem.tenant_id', :tid, true), "
-                "set_config('keepmem.tag_scope', :terms, true), "
+                "set_config('keepmem.tag_scope', CAST(CAST(:terms AS text[]) AS text), true), "
                 "set_config('role', keepmem_scoped_role(), true)"
             ),
-            {"tid": str(scope.tenant_id), "terms": json.dumps(list(scope.tag_terms))},
+            {"tid": str(scope.tenant_id), "terms": list(scope.tag_terms)},
         )
         return
     await _bind_tenant_id(session, scope.tenant_id)
