@@ -51,7 +51,7 @@ class Served:
         return found
 
 
-def _serve(stack: Stack, workers: int, **env: str) -> Served:
+def _serve(stack: Stack, workers: int, *, sigint_ignored: bool = False, **env: str) -> Served:
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
     environ |= {
@@ -68,6 +68,10 @@ def _serve(stack: Stack, workers: int, **env: str) -> Served:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as a shell starts a program in the background (CI, nohup)
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        if sigint_ignored
+        else None,
     )
     assert proc.stdout is not None
     # The exports are printed once, when every process serves.
@@ -267,3 +271,18 @@ def test_the_listening_socket_says_it_is_tcp_so_answers_are_not_held_back() -> N
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         finally:
             sock.close()
+
+
+def test_sigint_stops_every_process_even_when_started_with_it_ignored(stack: Stack) -> None:
+    """A program a shell starts in the background inherits SIGINT ignored:
+    keepmem still stops on it (CI's `keepmem up` once ran on, its API
+    processes serving, after the test's SIGINT)."""
+    served = _serve(stack, 2, sigint_ignored=True)
+    everything = {p.pid for p in psutil.Process(served.proc.pid).children(recursive=True)}
+    served.proc.send_signal(signal.SIGINT)
+    try:
+        assert served.proc.wait(timeout=60) == 0
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        raise
+    _wait(lambda: not any(psutil.pid_exists(pid) for pid in everything), "every child to end", 20)

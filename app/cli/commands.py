@@ -130,7 +130,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     # SIGTERM (docker stop, systemd, kill) stops the stack like Ctrl-C does:
     # uvicorn re-raises the signal after its own shutdown, and the default
     # SIGTERM action would skip stopping Postgres, Redis and the worker.
+    # SIGINT is set as well: a shell that starts a program in the background
+    # (CI, nohup) leaves SIGINT ignored for it, and Ctrl-C then stopped nothing.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
     base = Settings()
     data_dir = Path(args.data_dir or base.data_dir).expanduser().resolve()

@@ -257,7 +257,11 @@ def serve_processes(
 
     logs.configure(settings.log_format, settings.log_level)
     tell = say or _log
+    # Both stop the processes. SIGINT is set too, not left to Python's
+    # default: a program started in the background by a shell (CI, nohup)
+    # inherits SIGINT ignored, and Ctrl-C's signal then did nothing.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         # Bound here first, so that a port in use (another keepmem's, say)
         # is said at once; on Linux closed again (each process binds its own).
