@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import Params
+from app.db import Params, driver
 from app.jobs.kinds import JobKind, JobStatus, Lane
 from app.models import Job
 from app.tenancy import Scope, TenantScope
@@ -521,22 +521,9 @@ async def notes_with_open_jobs(
     return {r[0] for r in rows if r[0] is not None}
 
 
-def count_open_query(scope: Scope, *, kinds: Sequence[str]) -> Any:
-    """How many notes have open jobs of ``kinds``, as a scalar subquery."""
-    return (
-        select(func.count(func.distinct(Job.note_id)))
-        .where(
-            Job.tenant_id == scope.tenant_id,
-            Job.project_id == scope.project_id,
-            Job.kind.in_(list(kinds)),
-            Job.status.in_(_OPEN),
-        )
-        .scalar_subquery()
-    )
-
-
 def count_open_sql(kinds: Sequence[str]) -> Callable[[Params, Scope], str]:
-    """``count_open_query`` for a hand-written statement."""
+    """How many notes have open jobs of ``kinds``, as a scalar subquery
+    (find reads it in its opening statement, with other values)."""
 
     def fragment(p: Params, scope: Scope) -> str:
         return (
@@ -550,7 +537,9 @@ def count_open_sql(kinds: Sequence[str]) -> Callable[[Params, Scope], str]:
 
 
 async def count_open(session: AsyncSession, scope: Scope, *, kinds: Sequence[str]) -> int:
-    return int(await session.scalar(select(count_open_query(scope, kinds=kinds))) or 0)
+    p = Params()
+    sql = f"SELECT {count_open_sql(kinds)(p, scope)}"
+    return int(await (await driver(session)).fetchval(sql, *p.values) or 0)
 
 
 async def queue_stats(session: AsyncSession) -> list[tuple[str, str, int, float | None]]:

@@ -10,7 +10,7 @@ from sqlalchemy import Text, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import Params
+from app.db import Params, driver, json_value
 from app.models import Note, Project, Tenant
 from app.tenancy import Scope, TenantScope
 
@@ -86,17 +86,9 @@ async def insert_project(session: AsyncSession, tenant: TenantScope, slug: str) 
     return await session.get(Project, (tenant.tenant_id, project_id))
 
 
-def project_settings_query(scope: Scope) -> Any:
-    """The project's settings as a scalar subquery (to read with other values)."""
-    return (
-        select(Project.settings)
-        .where(Project.tenant_id == scope.tenant_id, Project.id == scope.project_id)
-        .scalar_subquery()
-    )
-
-
 def project_settings_sql(p: Params, scope: Scope) -> str:
-    """The project's settings as a scalar subquery of a hand-written statement."""
+    """The project's settings as a scalar subquery (find reads them in its
+    opening statement, with other values)."""
     return (
         f"(SELECT settings FROM projects WHERE tenant_id = {p.once('tenant', scope.tenant_id)} "
         f"AND id = {p.once('project', scope.project_id)})"
@@ -104,8 +96,9 @@ def project_settings_sql(p: Params, scope: Scope) -> str:
 
 
 async def project_settings(session: AsyncSession, scope: Scope) -> dict[str, Any]:
-    value = await session.scalar(select(project_settings_query(scope)))
-    return dict(value or {})
+    p = Params()
+    sql = f"SELECT {project_settings_sql(p, scope)}"
+    return dict(json_value(await (await driver(session)).fetchval(sql, *p.values)) or {})
 
 
 async def set_project_setting(session: AsyncSession, scope: Scope, *, key: str, value: Any) -> None:
