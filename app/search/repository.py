@@ -238,7 +238,7 @@ async def semantic(
         LIMIT {p(limit)}::int"""
     sql = nearest
     if cosines_of:
-        cosines = _cosines_sql(p, scope, cosines_of, model, dim)
+        cosines = _cosines_sql(p, scope, cosines_of, model, vector)
         sql = f"SELECT * FROM ({nearest}) nearest UNION ALL {cosines}"
     hits: list[Hit] = []
     near: dict[Key, float] = {}
@@ -252,8 +252,10 @@ async def semantic(
     return sorted(hits, key=lambda h: -h.score), near
 
 
-def _cosines_sql(p: Params, scope: Scope, keys: Sequence[Key], model: str, dim: int) -> str:
-    qv = p.once("qv", None)  # the caller's query vector parameter
+def _cosines_sql(
+    p: Params, scope: Scope, keys: Sequence[Key], model: str, vector: Sequence[float]
+) -> str:
+    qv, dim = p.once("qv", _vector_literal(vector)), len(vector)  # semantic's, if it named it
     return f"""
         SELECT false, e.note_id, e.kind, e.ref, e.embedding <=> {qv}::text::vector,
                NULL::timestamptz, NULL::timestamptz, NULL::text[]
@@ -278,8 +280,7 @@ async def similarity(
     if not keys:
         return {}
     p = Params()
-    p.once("qv", _vector_literal(vector))
-    sql = _cosines_sql(p, scope, keys, model, len(vector))
+    sql = _cosines_sql(p, scope, keys, model, vector)
     wanted = set(keys)
     rows = await (await driver(session)).fetch(sql, *p.values)
     out = {(r[1], r[2], r[3]): 1.0 - float(r[4]) for r in rows}
