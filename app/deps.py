@@ -16,7 +16,7 @@ from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import ratelimit, tenancy
+from app import cors, ratelimit, tenancy
 from app.accounts import service as accounts
 from app.audit import http as audit
 from app.auth import service as auth_service
@@ -216,6 +216,9 @@ async def current_scope(
     tenants_service.check_lock(tenant, project_id, slug)
     scope = mint(tenant, project_id=project_id, project_slug=slug)
     request.state.scope = scope  # for the request's audit entry
+    # A page of another origin: refused here, before the route does anything,
+    # unless the project allows that origin (app.cors).
+    await cors.admit(session, scope, request.scope.setdefault("state", {}))
     return scope
 
 

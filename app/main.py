@@ -22,6 +22,7 @@ from app.auth.router import router as keys_router
 from app.auth.router import subkeys as subkeys_router
 from app.auth.router import whoami as whoami_router
 from app.caches import RequestCaches
+from app.cors import CorsMiddleware
 from app.db import Database
 from app.distill.router import router as distill_router
 from app.errors import AppError, ProviderUnavailable, Unprocessable, as_app_error
@@ -231,4 +232,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         max_upload_bytes=settings.max_upload_bytes,
     )
+    # Outermost: preflights never reach the app, and every answer to another
+    # origin's page (a 413 of the size limit too) gets its CORS headers.
+    app.add_middleware(CorsMiddleware)
     return app

@@ -413,7 +413,7 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 # the HTTP edge (deps, routers, middleware, MCP, the dashboard); cli last.
 BASE = {"settings", "errors", "request_vars", "logs", "metrics", "tracing", "sealing", "providers"}
 INFRA = {"db", "models", "tenancy", "caches", "ratelimit", "wire"}
-WEB = {"deps", "main", "middleware", "mcp_endpoint", "docs", "ui", "admin"}
+WEB = {"deps", "main", "middleware", "mcp_endpoint", "cors", "docs", "ui", "admin"}
 LAYERS = [
     "base", "kit", "infra",
     "audit",  # the audit log every domain records into

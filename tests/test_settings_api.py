@@ -24,6 +24,7 @@ DEFAULTS = {
     "decay_half_life_days": 30.0,
     "auto_tag": False,
     "keep_text": False,
+    "cors_origins": [],
     "sessions": {
         "capture": True,
         "inject": True,

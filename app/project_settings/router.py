@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from app import cors
 from app.deps import AdminScope, ReadScope, SessionDep
 from app.project_settings import service
 from app.project_settings.schemas import ProjectSettings, SettingsChange
@@ -32,6 +33,8 @@ async def patch_settings(
     effect for the next request (intake on other API processes within
     seconds)."""
     out = ProjectSettings(**await service.change(session, scope, changes=body))
+    if "cors_origins" in body.model_fields_set:
+        cors.forget(scope)  # this process at once, the others within seconds
     if "sessions" in body.model_fields_set:
         key = (scope.tenant_id, scope.project_id)
         request.app.state.caches.session_settings.drop(lambda k: k == key)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from app.kit import origins
 from app.memories.schemas import MemorySettingsIn
 from app.sessions.schemas import ProjectSessionSettings
 from app.wire import not_text
@@ -42,6 +43,18 @@ class SettingsChange(BaseModel):
         "erased with the note) so that citations can quote and verify it and long notes "
         "can be re-cut into passages (default false: keep's default, no content kept).",
     )
+    cors_origins: (
+        Annotated[
+            list[Annotated[str, Field(max_length=300, pattern=origins.ORIGIN_PATTERN)]],
+            Field(max_length=origins.MAX_ORIGINS),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Origins (scheme://host[:port], or * for any) whose web pages may call "
+        "the API from a browser for this project (CORS); credentials such as cookies are "
+        "never allowed, the key goes in the Authorization header (default: none).",
+    )
     sessions: ProjectSessionSettings | None = Field(
         default=None, description="Coding-agent sessions, as PUT /v1/sessions/settings takes them."
     )
@@ -64,5 +77,6 @@ class ProjectSettings(BaseModel):
     decay_half_life_days: float
     auto_tag: bool
     keep_text: bool
+    cors_origins: list[str]
     sessions: ProjectSessionSettings
     memories: MemoryBudget

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit import repository as audit
 from app.errors import OutsideScope
-from app.kit import redaction
+from app.kit import origins, redaction
 from app.memories import settings as memory_settings
 from app.notes import texts
 from app.project_settings.schemas import SettingsChange
@@ -29,8 +29,9 @@ SANITIZE = "sanitize"
 HALF_LIFE = "decay_half_life_days"
 AUTO_TAG = "auto_tag"
 KEEP_TEXT = texts.SETTING
+CORS = origins.SETTING
 # Settings held as one value each (sessions and memories merge their fields).
-PLAIN = (SANITIZE, HALF_LIFE, AUTO_TAG, KEEP_TEXT)
+PLAIN = (SANITIZE, HALF_LIFE, AUTO_TAG, KEEP_TEXT, CORS)
 
 
 def whole_project(scope: Scope) -> None:
@@ -55,6 +56,7 @@ def view(scope: Scope, doc: dict[str, Any]) -> dict[str, Any]:
         HALF_LIFE: _half_life(doc),
         AUTO_TAG: bool(doc.get(AUTO_TAG, False)),
         KEEP_TEXT: texts.enabled(doc),
+        CORS: origins.listed(doc),
         "sessions": session_settings.parse(doc.get(session_settings.KEY)).as_dict(),
         "memories": {"llm_tokens_per_day": memory_settings.own(doc.get(memory_settings.KEY))},
     }
@@ -72,6 +74,8 @@ async def change(session: AsyncSession, scope: Scope, *, changes: SettingsChange
     do) and record what changed in the audit trail. Returns every setting."""
     whole_project(scope)
     given = changes.model_dump(exclude_unset=True)
+    if given.get(CORS) is not None:
+        given[CORS] = origins.origins(given[CORS])  # each checked, said once
     for key in PLAIN:
         if key not in given:
             continue

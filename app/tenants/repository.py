@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, delete, func, literal, select, update
+from sqlalchemy import Text, delete, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -167,3 +167,15 @@ async def delete_project(session: AsyncSession, tenant: TenantScope, project_id:
 async def delete_tenant(session: AsyncSession, tenant: TenantScope) -> None:
     """Delete a tenant; every row of it goes with it (foreign keys cascade)."""
     await session.execute(delete(Tenant).where(Tenant.id == tenant.tenant_id))
+
+
+async def cors_origins(session: AsyncSession) -> set[str]:
+    """Every origin any project allows (a system transaction: the
+    preflights' answer, which comes before any credential)."""
+    rows = await session.execute(
+        text(
+            "SELECT DISTINCT jsonb_array_elements_text(settings->'cors_origins') FROM projects "
+            "WHERE jsonb_typeof(settings->'cors_origins') = 'array'"
+        )
+    )
+    return {str(origin) for (origin,) in rows}

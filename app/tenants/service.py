@@ -174,3 +174,8 @@ async def add_tenant(session: AsyncSession, *, name: str) -> Tenant | None:
 async def add_project(session: AsyncSession, tenant: TenantScope, *, slug: str) -> Project | None:
     """A new project row (None: made concurrently)."""
     return await repo.insert_project(session, tenant, slug)
+
+
+async def cors_origins(session: AsyncSession) -> set[str]:
+    """Every origin some project allows (a system transaction)."""
+    return await repo.cors_origins(session)
