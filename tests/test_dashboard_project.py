@@ -131,6 +131,13 @@ async def test_settings_with_an_admin_key_and_read_only(
         k: v for k, v in before.json().items() if k != "decay_half_life_days"
     }
 
+    # the origins allowed to call from a browser: one a line, as the API says them
+    type_into(b, "textarea[name=cors_origins]", "HTTPS://App.Example\nhttp://localhost:5173")
+    b.find(f"{PROJECT_FORM} button[type=submit]").click()
+    b.until(lambda d: "Settings saved: cors_origins" in b.text("#status"), "origins saved")
+    after = api_get(live, tenant, "/v1/settings").json()
+    assert after["cors_origins"] == ["https://app.example", "http://localhost:5173"]
+
     # a value the API refuses: its reason beside the form, nothing changed
     type_into(b, "input[name='sessions.resume_chars']", "100")
     b.find(f"{PROJECT_FORM} button[type=submit]").click()

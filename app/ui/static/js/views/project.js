@@ -12,6 +12,8 @@ const LABELS = {
   sanitize: ["Sanitise before storing", "Remove secrets and <private> spans from what is stored"],
   decay_half_life_days: ["Recency half-life (days)", "How fast find's recency bonus fades; 0 turns it off"],
   auto_tag: ["Auto-tag new notes", "With a model from .prompt/tag/* and the .tag/* rules, when the server has one"],
+  keep_text: ["Keep notes' text", "For citations that quote and verify, and re-cutting long notes into passages"],
+  cors_origins: ["Allowed web origins (CORS)", "scheme://host[:port] of pages that may call the API from a browser, one a line; * for any"],
   "sessions.capture": ["Capture session events", "Store coding-agent hook events at all"],
   "sessions.inject": ["Inject resume context", "Hand resume context to session hooks"],
   "sessions.excludes": ["Excluded paths", "Path globs whose content is never stored, one a line"],
