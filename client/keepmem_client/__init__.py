@@ -2,7 +2,9 @@
 
 The names below load on first use: the hook command (``keepmem_client.hooks``)
 runs on every event of a coding agent and must start without importing httpx
-and pydantic.
+and pydantic. ``KeepmemRetriever``, ``keepmem_tools`` and ``render_context``
+come from ``keepmem_client.langchain`` (extra ``[langchain]``); they are left
+out of ``__all__`` so that ``import *`` works without langchain-core.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ if TYPE_CHECKING:
         Version,
         VersionList,
     )
+    from keepmem_client.langchain import KeepmemRetriever as KeepmemRetriever
+    from keepmem_client.langchain import keepmem_tools as keepmem_tools
+    from keepmem_client.langchain import render_context as render_context
 
 __version__ = "0.1.0"
 
@@ -204,10 +209,16 @@ _HOMES = {
 }
 
 
+# Loaded only when asked for: their module imports an optional dependency.
+_OPTIONAL = {"KeepmemRetriever": "langchain", "keepmem_tools": "langchain",
+             "render_context": "langchain"}  # fmt: skip
+
+
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    if name not in __all__ and name not in _OPTIONAL:
         raise AttributeError(f"module 'keepmem_client' has no attribute {name!r}")
-    module = importlib.import_module(f"keepmem_client.{_HOMES.get(name, '_errors')}")
+    home = _OPTIONAL.get(name) or _HOMES.get(name, "_errors")
+    module = importlib.import_module(f"keepmem_client.{home}")
     value = getattr(module, name)
     globals()[name] = value
     return value
