@@ -26,7 +26,7 @@ EXPORT := $(UV) export --quiet --locked --no-emit-workspace
 # with hashes in requirements/keep-client.txt (`make lock` refreshes it).
 KEEP_VENV ?= $(HOME)/.cache/keepmem/keep-venv
 
-.PHONY: up test install install-dev lint lock dist keep-client keep-local mem0-client pgbouncer browser
+.PHONY: up test install install-dev lint lock dist keep-client keep-local mem0-client pgbouncer browser ts-sdk
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -132,6 +132,17 @@ browser:
 		 DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 		 chromium chromium-driver fonts-dejavu-core)
 
+# The TypeScript SDK (client-ts/): its dev tools exactly as package-lock.json
+# pins them (npm ci, run again only when the lock changed), then its build.
+TS_SDK := client-ts
+
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package-lock.json
+	cd $(TS_SDK) && npm ci --no-audit --no-fund
+	touch $@
+
+ts-sdk: $(TS_SDK)/node_modules/.installed
+	cd $(TS_SDK) && npm run build
+
 up: install
 	$(BIN)/keepmem up $(ARGS)
 
@@ -140,7 +151,7 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint keep-client keep-local mem0-client pgbouncer browser
+test: lint keep-client keep-local mem0-client pgbouncer browser ts-sdk
 	KEEPMEM_KEEP_PYTHON=$(KEEP_VENV)/bin/python \
 	KEEPMEM_MEM0_PYTHON=$(MEM0_VENV)/bin/python \
 	KEEPMEM_KEEP_LOCAL_PYTHON=$(KEEP_LOCAL_VENV)/bin/python \
