@@ -402,7 +402,7 @@ async def test_documents_over_mcp_ingest_find_cite_and_verify(
                          "per_document": 2}
             )  # fmt: skip
             hits = [h for h in found["results"] if h["id"].startswith(note["id"] + "@P{")]
-            assert 0 < len(hits) <= 2 and "citation_warning" not in found
+            assert 0 < len(hits) <= 2 and found["citation_warning"] is None
             cited = next(h["citation"] for h in hits if NEEDLE in h["citation"]["quote"])
             assert cited["quote"] == text[cited["start"] : cited["end"]]
             verdict = await called("verify_citation", {"citation": cited})

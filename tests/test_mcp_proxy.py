@@ -41,7 +41,8 @@ async def test_an_agent_remembers_recalls_and_reads(live_url, tenant) -> None:
                               "forget", "versions", "add_messages", "memories", "memory",
                               "thread_context", "sessions", "session_timeline",
                               "session_patterns", "resume_context", "ingest", "find", "cite",
-                              "verify_citation", "distill", "crawl"}  # fmt: skip
+                              "verify_citation", "distill", "crawl", "entities", "walk",
+                              "stats"}  # fmt: skip
         assert tools["remember"].description and "content" in json.dumps(
             tools["remember"].inputSchema
             if hasattr(tools["remember"], "inputSchema")

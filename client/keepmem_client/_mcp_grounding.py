@@ -1,6 +1,7 @@
 """The MCP tools for grounding, added to ``keepmem-mcp`` and to keepmem's
 own ``/mcp`` by ``mcp_proxy.build``: ingest (a URI the server fetches, or a
-file), find with citations, cite, verify_citation, distill and crawl.
+file), cite, verify_citation, distill and crawl (find, with citations, is
+``_mcp_recall``'s).
 
 A file is read where the server runs that can see it: the stdio proxy
 reads a path on its own machine (the agent's); ``/mcp`` runs inside keepmem,
@@ -13,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from keepmem_client import _models as m
+from keepmem_client._mcp_outputs import Call
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-Call = Callable[..., Awaitable[str]]
+    from keepmem_client._client import AsyncKeepmem
+
 Prompt = Literal["facts", "patterns", "insights", "relationships", "entities", "memory"]
 
 
@@ -56,22 +60,11 @@ def _read(path: str) -> tuple[Path, bytes]:
     return where, where.read_bytes()
 
 
-def _hit(note: Any) -> dict[str, Any]:
-    """One find result for an agent: what it is and what it cites."""
-    out: dict[str, Any] = {"id": note.id, "score": note.score, "summary": note.summary}
-    if note.citation is not None:
-        out["citation"] = note.citation.model_dump(exclude={"stored", "created_at"})
-    return out
-
-
 def add_tools(
-    server: MCPServer, km: Any, call: Call, tool_error: type[Exception], *, files: bool
+    server: MCPServer, km: AsyncKeepmem, call: Call, tool_error: type[Exception], *, files: bool
 ) -> None:
     """Register the grounding tools on ``server`` (``files``: the ingest tool
     takes a local path, as the stdio proxy's does)."""
-
-    async def stored(note: Any) -> Any:
-        return (await note).model_dump()
 
     def _tags(tags: dict[str, str] | None) -> dict[str, str] | None:
         return dict(tags) if tags else None
@@ -90,16 +83,16 @@ def add_tools(
             path: str | None = None,
             id: str | None = None,
             tags: dict[str, str] | None = None,
-        ) -> str:
+        ) -> m.Note:
             if (uri is None) == (path is None):
                 raise tool_error("give one of uri or path")
             if uri is not None:
-                return await call(stored(km.put(uri=uri, id=id, tags=_tags(tags))))
+                return await call(km.put(uri=uri, id=id, tags=_tags(tags)))
             try:  # off the event loop: a file may be large, or on a slow disk
                 where, data = await asyncio.to_thread(_read, path or "")
             except OSError as exc:
                 raise tool_error(f"cannot read {path}: {exc.strerror or exc}") from exc
-            return await call(stored(km.upload(data, filename=where.name, id=id, tags=_tags(tags))))
+            return await call(km.upload(data, filename=where.name, id=id, tags=_tags(tags)))
 
     else:
 
@@ -116,42 +109,18 @@ def add_tools(
             filename: str | None = None,
             id: str | None = None,
             tags: dict[str, str] | None = None,
-        ) -> str:
+        ) -> m.Note:
             if (uri is None) == (content_base64 is None):
                 raise tool_error("give one of uri or content_base64 (with filename)")
             if uri is not None:
-                return await call(stored(km.put(uri=uri, id=id, tags=_tags(tags))))
+                return await call(km.put(uri=uri, id=id, tags=_tags(tags)))
             if not filename:
                 raise tool_error("content_base64 needs a filename (its extension names the format)")
             try:
                 data = base64.b64decode(content_base64 or "", validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise tool_error(f"content_base64 is not base64: {exc}") from exc
-            return await call(stored(km.upload(data, filename=filename, id=id, tags=_tags(tags))))
-
-    @server.tool(
-        description="Find passages and notes by meaning and words. cite: each result with a "
-        "citation (exact quote, span, page, text hash) to quote and verify; needs the "
-        "project to keep text. per_document: at most this many results of one document."
-    )
-    async def find(
-        query: str,
-        limit: int = 10,
-        cite: bool = True,
-        per_document: int | None = None,
-        tags: dict[str, str] | None = None,
-        since: str | None = None,
-    ) -> str:
-        async def found() -> dict[str, Any]:
-            result = await km.find(
-                query, limit=limit, cite=cite, per_document=per_document, tags=tags, since=since
-            )
-            out: dict[str, Any] = {"results": [_hit(n) for n in result.notes]}
-            if result.citation_warning:
-                out["citation_warning"] = result.citation_warning
-            return out
-
-        return await call(found())
+            return await call(km.upload(data, filename=filename, id=id, tags=_tags(tags)))
 
     @server.tool(
         description="Cite a note and store the citation: a passage (part), a character range "
@@ -163,18 +132,20 @@ def add_tools(
         start: int | None = None,
         end: int | None = None,
         quote: str | None = None,
-    ) -> str:
-        return await call(stored(km.cite(note, part=part, start=start, end=end, quote=quote)))
+    ) -> m.Citation:
+        return await call(km.cite(note, part=part, start=start, end=end, quote=quote))
 
     @server.tool(
         description="Check a citation against the note's text now: valid, changed (with a "
         "diagnosis), gone or unverifiable. id: a stored citation; citation: one find returned."
     )
-    async def verify_citation(id: str | None = None, citation: GivenCitation | None = None) -> str:
+    async def verify_citation(
+        id: str | None = None, citation: GivenCitation | None = None
+    ) -> m.CitationVerdict:
         if (id is None) == (citation is None):
             raise tool_error("give one of id or citation")
         given: Any = id if citation is None else citation.model_dump()  # checked as given
-        return await call(stored(km.verify_citation(given)))
+        return await call(km.verify_citation(given))
 
     @server.tool(
         description="Make a memory from sources (citation ids, or {note, part} / {note, "
@@ -188,13 +159,13 @@ def add_tools(
         subject: str | None = None,
         user_id: str | None = None,
         tags: dict[str, str] | None = None,
-    ) -> str:
+    ) -> m.Distilled:
         given = [s if isinstance(s, str) else s.model_dump(exclude_none=True) for s in sources]
         made = km.distill(
             given, prompt=prompt, statement=statement, subject=subject, user_id=user_id,
             tags=_tags(tags),
         )  # fmt: skip
-        return await call(stored(made))
+        return await call(made)
 
     @server.tool(
         description="Crawl a site in the background: the page at uri and the same-site pages "
@@ -208,12 +179,10 @@ def add_tools(
         max_bytes: int | None = None,
         path_prefix: str | None = None,
         tags: dict[str, str] | None = None,
-    ) -> str:
+    ) -> m.CrawlStarted:
         return await call(
-            stored(
-                km.crawl(
-                    uri, max_depth=max_depth, max_pages=max_pages, max_bytes=max_bytes,
-                    tags=_tags(tags), path_prefix=path_prefix,
-                )
+            km.crawl(
+                uri, max_depth=max_depth, max_pages=max_pages, max_bytes=max_bytes,
+                tags=_tags(tags), path_prefix=path_prefix,
             )
         )  # fmt: skip

@@ -5,11 +5,14 @@ memory (extra ``[mcp]``, built on the official ``mcp`` SDK).
 
 Tools: remember (a memory, reconciled: said again it updates instead of
 adding a copy; with an ``id``, a note), recall, get, context, timeline, tag,
-forget, versions; for conversations and what is believed: add_messages,
-memories, memory, thread_context; for coding-agent sessions: sessions,
-session_timeline, session_patterns, resume_context; for documents and what
-they say: ingest (a URI, or a file on this machine), find (with citations),
-cite, verify_citation, distill, crawl.
+forget, versions; find (every parameter of keepmem's find: deep, similar_to,
+since / until, tags, citations ...) and the graph: entities, walk, stats;
+for conversations and what is believed: add_messages, memories, memory,
+thread_context; for coding-agent sessions: sessions, session_timeline,
+session_patterns, resume_context; for documents and what they say: ingest
+(a URI, or a file on this machine), cite, verify_citation, distill, crawl.
+Every tool answers with ``structuredContent`` and its ``outputSchema``
+(``_mcp_outputs``) as well as text.
 Prompts: the project's own prompt notes (``.prompt/agent/*`` with an
 ``mcp_prompt`` tag naming their arguments), listed afresh on every request
 (a prompt a project adds or edits is served at once, and each caller sees
@@ -25,12 +28,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar, cast
 
+from mcp.types import CallToolResult
 from pydantic import BaseModel, ConfigDict, Field
 
-from keepmem_client import _mcp_grounding
+from keepmem_client import _mcp_grounding, _mcp_recall
+from keepmem_client import _mcp_outputs as out
+from keepmem_client import _models as m
 from keepmem_client._client import AsyncKeepmem
 from keepmem_client._errors import AuthenticationError, KeepmemError, NotFoundError
 
@@ -40,11 +46,13 @@ INSTRUCTIONS = (
     "supersedes the old; with an id it stores a note), or hand a conversation to "
     "add_messages and keepmem forms the memories. Before answering in a thread, "
     "thread_context; memories for what is believed (as_of: then), memory for one "
-    "memory's versions and sources. recall by meaning, get or context for one note, tag "
-    "to file, forget what is wrong. Notes keep their history (versions). Coding sessions: "
+    "memory's versions and sources. recall by meaning (find for every filter, deep and "
+    "similar_to), get or context for one note, tag to file, forget what is wrong. Notes "
+    "keep their history (versions). entities, walk and stats for the graph of who and what "
+    "the notes mention. Coding sessions: "
     "resume_context for where you left off in a directory, sessions and "
     "session_timeline for what happened, session_patterns for recurring errors and fixes. "
-    "Documents: ingest a URI or file, find with citations to quote, verify_citation before "
+    "Documents: ingest a URI or file, find with cite to quote, verify_citation before "
     "relying on one, distill a memory from cited passages, crawl a docs site."
 )
 
@@ -64,6 +72,9 @@ class ChatMessage(BaseModel):
     time: str | None = Field(default=None, description="ISO-8601 (default: when it arrives).")
 
 
+T = TypeVar("T")
+
+
 def _text(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
@@ -74,7 +85,7 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
     prompts of its own caller's project). ``files``: ingest reads a path on
     this machine (the stdio proxy, beside the agent); otherwise it takes the
     file's content as base64."""
-    km = _Lazy(client)
+    km = cast(AsyncKeepmem, _Lazy(client))  # it stands for the client of the moment
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 
@@ -92,12 +103,11 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
 
     server = Server("keepmem", instructions=INSTRUCTIONS, log_level="WARNING")
 
-    async def call(coro: Any, *, prose: bool = False) -> str:
+    async def call(coro: Awaitable[T]) -> T:
         try:
-            value = await coro
+            return await coro
         except KeepmemError as exc:  # a tool error the agent sees, with keepmem's reason
             raise ToolError(str(exc)) from exc
-        return str(value) if prose else _text(value)
 
     @server.tool(
         description="Remember one fact, preference or decision (content: one sentence). "
@@ -114,50 +124,47 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
         subject: str | None = None,
         attribute: str | None = None,
         value: str | None = None,
-    ) -> str:
+    ) -> out.Stored:
         if id is not None:
             if subject or attribute or value:
                 raise ToolError("subject, attribute and value are for memories: leave out id")
-            return await call(_dump(km.put(content, id=id, tags=tags)))
-        return await call(
-            _dump(
-                km.remember(content, subject=subject, attribute=attribute, value=value, tags=tags)
-            )
-        )
+            return out.Stored(await call(km.put(content, id=id, tags=tags)))
+        made = km.remember(content, subject=subject, attribute=attribute, value=value, tags=tags)
+        return out.Stored(await call(made))
 
-    @server.tool(description="Find notes by meaning and words; filters: tags, since (P7D).")
+    @server.tool(
+        description="Find notes by meaning and words, one line each; filters: tags, since "
+        "(P7D). find has every filter, deep, similar_to and citations."
+    )
     async def recall(
         query: str, limit: int = 10, tags: dict[str, str] | None = None, since: str | None = None
-    ) -> str:
-        async def found() -> Any:
-            result = await km.find_compact(query, limit=limit, tags=tags, since=since)
-            return result.model_dump()
-
-        return await call(found())
+    ) -> m.CompactResult:
+        return await call(km.find_compact(query, limit=limit, tags=tags, since=since))
 
     @server.tool(description="One note by id (ID@V{N}: an earlier version; ID@P{N}: a part).")
-    async def get(id: str) -> str:
-        return await call(_dump(km.get(id)))
+    async def get(id: str) -> m.Note:
+        return await call(km.get(id))
 
     @server.tool(description="A note in full with its parts and history, within token_budget.")
-    async def context(id: str, token_budget: int | None = None) -> str:
-        return await call(km.detail(id, token_budget=token_budget))
+    async def context(id: str, token_budget: int | None = None) -> out.Detail:
+        return out.Detail.model_validate(await call(km.detail(id, token_budget=token_budget)))
 
     @server.tool(description="What came before and after a note in time.")
-    async def timeline(id: str, before: int = 5, after: int = 5) -> str:
-        return await call(km.timeline(id, before=before, after=after))
+    async def timeline(id: str, before: int = 5, after: int = 5) -> out.Timeline:
+        found = await call(km.timeline(id, before=before, after=after))
+        return out.Timeline.model_validate(found)
 
     @server.tool(description='Add tags to a note ({"key": "value"}; "" removes a key).')
-    async def tag(id: str, tags: dict[str, str]) -> str:
-        return await call(_dump(km.tag(id, tags)))
+    async def tag(id: str, tags: dict[str, str]) -> m.Note:
+        return await call(km.tag(id, tags))
 
     @server.tool(description="Delete a note and its history.")
-    async def forget(id: str) -> str:
-        return await call(_dump(km.delete(id)))
+    async def forget(id: str) -> m.Deleted:
+        return await call(km.delete(id))
 
     @server.tool(description="A note's earlier versions, newest first.")
-    async def versions(id: str, limit: int = 10) -> str:
-        return await call(_dump(km.versions(id, limit=limit)))
+    async def versions(id: str, limit: int = 10) -> m.VersionList:
+        return await call(km.versions(id, limit=limit))
 
     @server.tool(
         description="Add messages of a conversation to a thread (made on first use); keepmem "
@@ -169,9 +176,9 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
         messages: list[ChatMessage],
         user_id: str | None = None,
         infer: bool = True,
-    ) -> str:
-        sent = [m.model_dump(exclude_none=True) for m in messages]
-        return await call(_dump(km.add_messages(thread_id, sent, user_id=user_id, infer=infer)))
+    ) -> m.MessagesAdded:
+        sent = [message.model_dump(exclude_none=True) for message in messages]
+        return await call(km.add_messages(thread_id, sent, user_id=user_id, infer=infer))
 
     @server.tool(
         description="What is believed, newest first: a user's or a subject's memories "
@@ -184,25 +191,22 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
         as_of: str | None = None,
         include_superseded: bool = False,
         limit: int = 50,
-    ) -> str:
-        return await call(
-            _dump_all(
-                km.memories(
-                    user_id=user_id,
-                    subject=subject,
-                    as_of=as_of,
-                    include_superseded=include_superseded,
-                    limit=limit,
-                )
-            )
+    ) -> Annotated[CallToolResult, out.Memories]:
+        held = km.memories(
+            user_id=user_id,
+            subject=subject,
+            as_of=as_of,
+            include_superseded=include_superseded,
+            limit=limit,
         )
+        return out.listed("memories", await call(held))
 
     @server.tool(
         description="One memory by id (mem/...): its earlier wordings (versions), the "
         "messages it came from (source_messages) and every belief of its slot (history)."
     )
-    async def memory(id: str) -> str:
-        return await call(_dump(km.memory(id)))
+    async def memory(id: str) -> m.MemoryDetail:
+        return await call(km.memory(id))
 
     @server.tool(
         description="What to know before answering in a thread, as one block: the current "
@@ -211,48 +215,53 @@ def build(client: AsyncKeepmem | Callable[[], AsyncKeepmem], *, files: bool = Fa
     )
     async def thread_context(
         thread_id: str, query: str | None = None, token_budget: int | None = None
-    ) -> str:
-        async def block() -> str:
-            found = await km.thread_context(thread_id, query=query, token_budget=token_budget)
-            # An empty block is an answer, not a failure: say so.
-            return str(found.context) or "(nothing known yet for this thread)"
-
-        return await call(block(), prose=True)
+    ) -> Annotated[CallToolResult, m.ThreadContext]:
+        found = await call(km.thread_context(thread_id, query=query, token_budget=token_budget))
+        # An empty block is an answer, not a failure: say so.
+        return out.prose(found.context or "(nothing known yet for this thread)", found)
 
     @server.tool(description="Recent coding sessions of the project (cwd: one directory's).")
-    async def sessions(cwd: str | None = None, limit: int = 20) -> str:
-        return await call(_dump_all(km.sessions(cwd=cwd, limit=limit)))
+    async def sessions(
+        cwd: str | None = None, limit: int = 20
+    ) -> Annotated[CallToolResult, out.Sessions]:
+        return out.listed("sessions", await call(km.sessions(cwd=cwd, limit=limit)))
 
     @server.tool(
         description="A session's events, observations and checkpoints in order "
         "(kind: one kind, e.g. tool_failure or checkpoint)."
     )
-    async def session_timeline(session_id: str, kind: str | None = None, limit: int = 50) -> str:
-        return await call(_dump(km.session_timeline(session_id, kind=kind, limit=limit)))
+    async def session_timeline(
+        session_id: str, kind: str | None = None, limit: int = 50
+    ) -> m.SessionTimeline:
+        return await call(km.session_timeline(session_id, kind=kind, limit=limit))
 
     @server.tool(
         description="What recurs across sessions: errors, fixes, decisions, preferences "
         "(kind: one of them)."
     )
-    async def session_patterns(kind: str | None = None, limit: int = 20) -> str:
-        return await call(_dump_all(km.session_patterns(kind=kind, limit=limit)))
+    async def session_patterns(
+        kind: str | None = None, limit: int = 20
+    ) -> Annotated[CallToolResult, out.Patterns]:
+        return out.listed("patterns", await call(km.session_patterns(kind=kind, limit=limit)))
 
     @server.tool(
         description="Where you left off in a directory: the last checkpoint, open tasks, "
         "recurring patterns."
     )
-    async def resume_context(cwd: str = "", session_id: str | None = None) -> str:
-        async def block() -> str:
-            found = await km.resume_context(cwd=cwd, session_id=session_id)
-            if found.context:
-                return str(found.context)
-            # An empty block is an answer, not a failure: say which one it is.
-            if not found.inject:
-                return "(no resume context: injection is off for this project or session)"
-            return "(no resume context yet for this directory)"
+    async def resume_context(
+        cwd: str = "", session_id: str | None = None
+    ) -> Annotated[CallToolResult, m.ResumeContext]:
+        found = await call(km.resume_context(cwd=cwd, session_id=session_id))
+        # An empty block is an answer, not a failure: say which one it is.
+        if found.context:
+            return out.prose(found.context, found)
+        if not found.inject:
+            return out.prose(
+                "(no resume context: injection is off for this project or session)", found
+            )
+        return out.prose("(no resume context yet for this directory)", found)
 
-        return await call(block(), prose=True)
-
+    _mcp_recall.add_tools(server, km, call)
     _mcp_grounding.add_tools(server, km, call, ToolError, files=files)
 
     async def read(coro: Any) -> str:
@@ -291,10 +300,6 @@ class _Lazy:
 async def _dump(coro: Any) -> Any:
     value = await coro
     return value.model_dump() if hasattr(value, "model_dump") else value
-
-
-async def _dump_all(coro: Any) -> list[Any]:
-    return [v.model_dump() for v in await coro]
 
 
 # What the arguments keep's prompts declare mean (a project's own may name others).
