@@ -37,6 +37,7 @@ from app.jobs.router import router as jobs_router
 from app.logs import log_failure
 from app.mcp_endpoint import PATH as MCP_PATH
 from app.mcp_endpoint import McpEndpoint
+from app.mem0compat.router import router as mem0_router
 from app.memories.router import router as memories_router
 from app.middleware import RequestContextMiddleware, json_safe
 from app.notes.router import router as notes_router
@@ -227,6 +228,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(settings_router)
     app.include_router(grounding_router)
     app.include_router(distill_router)
+    app.include_router(mem0_router)  # mem0's hosted API under /mem0
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

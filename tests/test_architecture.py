@@ -427,6 +427,7 @@ LAYERS = [
     "sessions",  # coding-agent sessions: hook events in, checkpoints and patterns out
     "memories",  # memory formation: messages in, memories out, reconciled by slot and time
     "distill",  # memories distilled from cited passages, with their provenance
+    "mem0compat",  # mem0's hosted API on keepmem's memories (under /mem0)
     "project_settings",  # a project's settings as one document: every domain's, audited
     "accounts",  # making tenants and projects: keys, seeded notes, usage
     "oauth", "erasure", "keepstore", "health",

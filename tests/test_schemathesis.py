@@ -76,13 +76,14 @@ def test_schemathesis_with_a_tenant_key(live_url: str) -> None:
     # it finds, its own included, and the rest would then see only 401s.
     # Revocation and introspection authenticate an OAuth client, not a
     # tenant key, and MCP wants its Accept header: both have runs of their
-    # own (below). An event stream never ends by design (tests/test_events.py
+    # own (below), as does mem0's API (its own Authorization scheme). An
+    # event stream never ends by design (tests/test_events.py
     # covers its input); /metrics takes the operator's token.
     out = _run(
         live_url,
         _tenant_key(live_url),
         "--exclude-path-regex",
-        "^/(v1/(admin|keys|events)|oauth/(revoke|introspect)|metrics|mcp$)",
+        "^/(v1/(admin|keys|events)|oauth/(revoke|introspect)|metrics|mcp$|mem0/)",
     )
     assert out.returncode == 0, _summary(out)
     assert "Authentication failed" not in out.stdout, _summary(out)
@@ -139,3 +140,18 @@ def test_schemathesis_on_the_oauth_client_endpoints(live_url: str) -> None:
     assert out.returncode == 0, _summary(out)
     tested = re.search(r"Tested: (\d+)", out.stdout)
     assert tested and int(tested.group(1)) == 4, _summary(out)
+
+
+def test_schemathesis_on_the_mem0_api(live_url: str) -> None:
+    """mem0's hosted API (/mem0) with a key sent as mem0's client sends it."""
+    out = _run(
+        live_url,
+        "",
+        "--include-path-regex",
+        "^/mem0/",
+        authorization=f"Token {_tenant_key(live_url)}",
+    )
+    assert out.returncode == 0, _summary(out)
+    assert "Authentication failed" not in out.stdout, _summary(out)
+    tested = re.search(r"Tested: (\d+)", out.stdout)
+    assert tested and int(tested.group(1)) == 13, _summary(out)  # every mem0 operation

@@ -3442,7 +3442,7 @@ export interface components {
             /** Thread Id */
             thread_id: string;
             /** Memories */
-            memories: components["schemas"]["app__memories__schemas__MemoryOut"][];
+            memories: components["schemas"]["MemoryOut"][];
             /** Messages */
             messages: components["schemas"]["ContextMessage"][];
             /**
@@ -3698,6 +3698,11 @@ export interface components {
              */
             spans: number[][];
         };
+        /** EntityList */
+        EntityList: {
+            /** Entities */
+            entities: components["schemas"]["EntityListed"][];
+        };
         /** EntityListed */
         EntityListed: {
             /**
@@ -3720,9 +3725,24 @@ export interface components {
         };
         /** EntityNotes */
         EntityNotes: {
-            entity: components["schemas"]["app__graph__schemas__EntityOut"];
+            entity: components["schemas"]["EntityOut"];
             /** Notes */
             notes: components["schemas"]["MentioningNote"][];
+        };
+        /** EntityOut */
+        EntityOut: {
+            /**
+             * Key
+             * @description kind:name, case-folded (e.g. `person:melanie ortiz`).
+             */
+            key: string;
+            /** Name */
+            name: string;
+            /**
+             * Kind
+             * @description person, org, place, group, ...
+             */
+            kind: string;
         };
         /**
          * ErrorOut
@@ -4452,6 +4472,75 @@ export interface components {
              */
             parent?: string | null;
         };
+        /** Mem0Entity */
+        Mem0Entity: {
+            /** Id */
+            id: string;
+            /** Name */
+            name: string;
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "user" | "agent" | "app" | "run";
+            /** Total Memories */
+            total_memories: number;
+            /** Created At */
+            created_at: string;
+            /** Updated At */
+            updated_at: string;
+            /** Owner */
+            owner?: string | null;
+            /** Organization */
+            organization?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        };
+        /** Mem0EntityList */
+        Mem0EntityList: {
+            /** Count */
+            count: number;
+            /** Results */
+            results: components["schemas"]["Mem0Entity"][];
+        };
+        /** Mem0Memory */
+        Mem0Memory: {
+            /**
+             * Id
+             * @description keepmem's memory id (mem/...): percent-encode it in paths.
+             */
+            id: string;
+            /** Memory */
+            memory: string;
+            /** User Id */
+            user_id?: string | null;
+            /** Agent Id */
+            agent_id?: string | null;
+            /** App Id */
+            app_id?: string | null;
+            /** Run Id */
+            run_id?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Categories
+             * @description Always empty.
+             */
+            categories?: string[];
+            /** Created At */
+            created_at: string;
+            /** Updated At */
+            updated_at: string;
+            /**
+             * Score
+             * @description Search only: keepmem's score.
+             */
+            score?: number | null;
+        };
         /** Mem0Message */
         Mem0Message: {
             /**
@@ -4463,6 +4552,11 @@ export interface components {
             content: string;
             /** Name */
             name?: string | null;
+        };
+        /** Mem0MessageOut */
+        Mem0MessageOut: {
+            /** Message */
+            message: string;
         };
         /** MemoryBudget */
         MemoryBudget: {
@@ -4542,14 +4636,74 @@ export interface components {
              * History
              * @description Every memory of the same slot (subject, attribute), oldest first.
              */
-            history: components["schemas"]["app__memories__schemas__MemoryOut"][];
+            history: components["schemas"]["MemoryOut"][];
         };
         /** MemoryList */
         MemoryList: {
             /** Memories */
-            memories: components["schemas"]["app__memories__schemas__MemoryOut"][];
+            memories: components["schemas"]["MemoryOut"][];
             /** As Of */
             as_of?: string | null;
+        };
+        /** MemoryOut */
+        MemoryOut: {
+            /** Id */
+            id: string;
+            /** Kind */
+            kind: string;
+            /** Subject */
+            subject: string;
+            /** Attribute */
+            attribute: string;
+            /** Value */
+            value: string;
+            /** Statement */
+            statement: string;
+            /** Confidence */
+            confidence: number;
+            /**
+             * Certainty
+             * @description fact (a model's reading, or written by the agent), or candidate (a phrase match of the offline rules: low confidence, never to be taken as a fact).
+             */
+            certainty: string;
+            /**
+             * Negated
+             * @description A retraction: the subject no longer <attribute> <value>.
+             */
+            negated: boolean;
+            /** Current */
+            current: boolean;
+            /**
+             * Valid At
+             * @description When the belief began (stated time, else when said).
+             */
+            valid_at: string;
+            /** Superseded By */
+            superseded_by?: string | null;
+            /** Superseded At */
+            superseded_at?: string | null;
+            /**
+             * Sources
+             * @description The messages (note ids) it came from.
+             */
+            sources: string[];
+            /**
+             * Thread Id
+             * @default
+             */
+            thread_id: string;
+            /**
+             * User Id
+             * @default
+             */
+            user_id: string;
+            /**
+             * Agent Id
+             * @default
+             */
+            agent_id: string;
+            /** Updated At */
+            updated_at: string;
         };
         /** MemorySettingsIn */
         MemorySettingsIn: {
@@ -4629,9 +4783,22 @@ export interface components {
         /** MessageList */
         MessageList: {
             /** Messages */
-            messages: components["schemas"]["app__memories__schemas__MessageOut"][];
+            messages: components["schemas"]["MessageOut"][];
             /** Next Cursor */
             next_cursor?: string | null;
+        };
+        /** MessageOut */
+        MessageOut: {
+            /** Id */
+            id: string;
+            /** Role */
+            role: string;
+            /** Speaker */
+            speaker: string;
+            /** Content */
+            content: string;
+            /** Created At */
+            created_at: string;
         };
         /**
          * ModelSpend
@@ -4792,7 +4959,7 @@ export interface components {
             /** Previous */
             previous: string | null;
             /** Results */
-            results: components["schemas"]["app__mem0compat__schemas__MemoryOut"][];
+            results: components["schemas"]["Mem0Memory"][];
         };
         /** PartList */
         PartList: {
@@ -5208,7 +5375,7 @@ export interface components {
              * @enum {string}
              */
             op: "add" | "supersede" | "update" | "noop";
-            memory: components["schemas"]["app__memories__schemas__MemoryOut"];
+            memory: components["schemas"]["MemoryOut"];
             /**
              * Superseded
              * @description Memories this one replaced.
@@ -6165,100 +6332,6 @@ export interface components {
             /** Expires At */
             expires_at?: string | null;
         };
-        /** EntityList */
-        app__graph__schemas__EntityList: {
-            /** Entities */
-            entities: components["schemas"]["EntityListed"][];
-        };
-        /** EntityOut */
-        app__graph__schemas__EntityOut: {
-            /**
-             * Key
-             * @description kind:name, case-folded (e.g. `person:melanie ortiz`).
-             */
-            key: string;
-            /** Name */
-            name: string;
-            /**
-             * Kind
-             * @description person, org, place, group, ...
-             */
-            kind: string;
-        };
-        /** EntityList */
-        app__mem0compat__schemas__EntityList: {
-            /** Count */
-            count: number;
-            /** Results */
-            results: components["schemas"]["app__mem0compat__schemas__EntityOut"][];
-        };
-        /** EntityOut */
-        app__mem0compat__schemas__EntityOut: {
-            /** Id */
-            id: string;
-            /** Name */
-            name: string;
-            /**
-             * Type
-             * @enum {string}
-             */
-            type: "user" | "agent" | "app" | "run";
-            /** Total Memories */
-            total_memories: number;
-            /** Created At */
-            created_at: string;
-            /** Updated At */
-            updated_at: string;
-            /** Owner */
-            owner?: string | null;
-            /** Organization */
-            organization?: string | null;
-            /** Metadata */
-            metadata?: {
-                [key: string]: unknown;
-            } | null;
-        };
-        /** MemoryOut */
-        app__mem0compat__schemas__MemoryOut: {
-            /**
-             * Id
-             * @description keepmem's memory id (mem/...): percent-encode it in paths.
-             */
-            id: string;
-            /** Memory */
-            memory: string;
-            /** User Id */
-            user_id?: string | null;
-            /** Agent Id */
-            agent_id?: string | null;
-            /** App Id */
-            app_id?: string | null;
-            /** Run Id */
-            run_id?: string | null;
-            /** Metadata */
-            metadata?: {
-                [key: string]: unknown;
-            } | null;
-            /**
-             * Categories
-             * @description Always empty.
-             */
-            categories?: string[];
-            /** Created At */
-            created_at: string;
-            /** Updated At */
-            updated_at: string;
-            /**
-             * Score
-             * @description Search only: keepmem's score.
-             */
-            score?: number | null;
-        };
-        /** MessageOut */
-        app__mem0compat__schemas__MessageOut: {
-            /** Message */
-            message: string;
-        };
         /** IntakeOut */
         app__memories__schemas__IntakeOut: {
             /** Thread Id */
@@ -6274,79 +6347,6 @@ export interface components {
              * @enum {string}
              */
             extraction: "queued" | "joined" | "off";
-        };
-        /** MemoryOut */
-        app__memories__schemas__MemoryOut: {
-            /** Id */
-            id: string;
-            /** Kind */
-            kind: string;
-            /** Subject */
-            subject: string;
-            /** Attribute */
-            attribute: string;
-            /** Value */
-            value: string;
-            /** Statement */
-            statement: string;
-            /** Confidence */
-            confidence: number;
-            /**
-             * Certainty
-             * @description fact (a model's reading, or written by the agent), or candidate (a phrase match of the offline rules: low confidence, never to be taken as a fact).
-             */
-            certainty: string;
-            /**
-             * Negated
-             * @description A retraction: the subject no longer <attribute> <value>.
-             */
-            negated: boolean;
-            /** Current */
-            current: boolean;
-            /**
-             * Valid At
-             * @description When the belief began (stated time, else when said).
-             */
-            valid_at: string;
-            /** Superseded By */
-            superseded_by?: string | null;
-            /** Superseded At */
-            superseded_at?: string | null;
-            /**
-             * Sources
-             * @description The messages (note ids) it came from.
-             */
-            sources: string[];
-            /**
-             * Thread Id
-             * @default
-             */
-            thread_id: string;
-            /**
-             * User Id
-             * @default
-             */
-            user_id: string;
-            /**
-             * Agent Id
-             * @default
-             */
-            agent_id: string;
-            /** Updated At */
-            updated_at: string;
-        };
-        /** MessageOut */
-        app__memories__schemas__MessageOut: {
-            /** Id */
-            id: string;
-            /** Role */
-            role: string;
-            /** Speaker */
-            speaker: string;
-            /** Content */
-            content: string;
-            /** Created At */
-            created_at: string;
         };
         /** SpendOut */
         app__memories__schemas__SpendOut: {
@@ -9111,7 +9111,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__graph__schemas__EntityList"];
+                    "application/json": components["schemas"]["EntityList"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20299,7 +20299,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MessageOut"];
+                    "application/json": components["schemas"]["Mem0MessageOut"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20513,7 +20513,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MemoryOut"];
+                    "application/json": components["schemas"]["Mem0Memory"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20624,7 +20624,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MemoryOut"];
+                    "application/json": components["schemas"]["Mem0Memory"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20734,7 +20734,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MessageOut"];
+                    "application/json": components["schemas"]["Mem0MessageOut"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20838,7 +20838,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__EntityList"];
+                    "application/json": components["schemas"]["Mem0EntityList"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -20945,7 +20945,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MessageOut"];
+                    "application/json": components["schemas"]["Mem0MessageOut"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -21053,7 +21053,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MessageOut"];
+                    "application/json": components["schemas"]["Mem0MessageOut"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
@@ -21161,7 +21161,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["app__mem0compat__schemas__MessageOut"];
+                    "application/json": components["schemas"]["Mem0MessageOut"];
                 };
             };
             /** @description Bad request: a value breaks a rule the message names. */
