@@ -62,6 +62,7 @@ EXPOSED = ", ".join(
         "X-RateLimit-Reset",
         "Server-Timing",
         "Location",
+        "X-Keepmem-Consistency",  # a write's token, for read-your-writes (app.replicas)
     )
 )
 MAX_AGE = "600"

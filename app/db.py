@@ -50,14 +50,28 @@ class Database:
     """One engine and session factory per process, created by the app lifespan."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 10, max_overflow: int = 10, pgbouncer: bool = False
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        pgbouncer: bool = False,
+        read_only: bool = False,
     ) -> None:
+        connect_args: dict[str, Any] = dict(PGBOUNCER_CONNECT_ARGS) if pgbouncer else {}
+        if read_only:
+            # A read replica's connections (app.replicas): read-only even on
+            # a server that is not (yet, or no longer) a standby, so a write
+            # can never land there; and a server that does not answer costs
+            # seconds, not asyncpg's default minute.
+            connect_args["server_settings"] = {"default_transaction_read_only": "on"}
+            connect_args["timeout"] = REPLICA_CONNECT_TIMEOUT_S
         self.engine: AsyncEngine = create_async_engine(
             async_url(url),
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_pre_ping=True,
-            connect_args=dict(PGBOUNCER_CONNECT_ARGS) if pgbouncer else {},
+            connect_args=connect_args,
         )
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
@@ -94,6 +108,55 @@ class Database:
         """A session in one transaction with no tenant set; commits on success."""
         async with self.sessions() as session, session.begin():
             yield session
+
+
+# -- replication status (app.replicas) -------------------------------------------
+
+REPLICA_CONNECT_TIMEOUT_S = 5.0
+
+
+def lsn_text(position: int) -> str:
+    """A WAL position in PostgreSQL's own text form (``16/B374D848``)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(value: str) -> int | None:
+    """A WAL position from its text form; None when it is not one."""
+    high, sep, low = value.strip().partition("/")
+    if not sep or not (0 < len(high) <= 8 and 0 < len(low) <= 8):
+        return None
+    try:
+        return (int(high, 16) << 32) | int(low, 16)
+    except ValueError:
+        return None
+
+
+async def wal_position(engine: AsyncEngine) -> int:
+    """The primary's WAL position now, as a number. Read after a commit
+    returned, it is at or past that commit's record, so a standby that has
+    replayed up to it sees the commit. The insert position, not the write
+    position: with ``synchronous_commit = off`` a commit returns before its
+    record is written, and the write position may still lie before it."""
+    async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        found = await conn.scalar(text("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint"))
+    return int(found)
+
+
+async def replay_status(engine: AsyncEngine) -> tuple[bool, int]:
+    """(still a standby, the WAL position it has replayed) of a replica; a
+    server out of recovery (promoted, or never a standby) reports its
+    position as -1."""
+    async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT pg_is_in_recovery(), "
+                    "coalesce((pg_last_wal_replay_lsn() - '0/0')::bigint, -1)"
+                )
+            )
+        ).one()
+    standby = bool(row[0])
+    return standby, int(row[1]) if standby else -1
 
 
 class Params:

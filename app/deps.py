@@ -16,7 +16,7 @@ from fastapi import Depends, Header, Path, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import cors, ratelimit, tenancy
+from app import cors, ratelimit, replicas, tenancy
 from app.accounts import service as accounts
 from app.audit import http as audit
 from app.auth import service as auth_service
@@ -64,19 +64,44 @@ def get_limits(settings: SettingsDep) -> Limits:
 LimitsDep = Annotated[Limits, Depends(get_limits)]
 
 
+#: Routes a read replica may serve (app.replicas): finds, lists and gets.
+#: Their incidental writes go through ``replicas.incidental``; anything else
+#: they write sends them back to the primary.
+REPLICA_READS = frozenset(
+    {
+        "search",
+        "search_compact",
+        "list_notes",
+        "get_note",
+        "list_versions",
+        "list_parts",
+        "timeline",
+        "detail",
+    }
+)
+
+
 async def unit_of_work(
     request: Request, db: Annotated[Database, Depends(get_db)]
 ) -> AsyncIterator[AsyncSession]:
     """The request's transaction; its audit entry is written in it, just
-    before the commit (a refused write is recorded after the rollback)."""
+    before the commit (a refused write is recorded after the rollback).
+    With read replicas, a find, list or get runs on one (app.replicas)."""
     journal = Journal()
     journal_var.set(journal)  # this request's task only: nothing to reset
-    async with db.sessions() as session:
+    routing = replicas.routing_of(request.scope)
+    read = getattr(request.scope.get("route"), "name", None) in REPLICA_READS
+    replica = await routing.choose(read) if routing is not None else None
+    async with (replica.db if replica is not None else db).sessions() as session:
+        if replica is not None:
+            replicas.on_replica(session)
         try:
             async with session.begin():
                 yield session
                 await audit.close_request(session, request, journal)
         except Exception as exc:
+            if routing is not None and routing.give_up(exc, read=read):
+                raise  # answered by the primary instead (app.replicas.ReplicaRouting)
             error = _refused_by_database(exc) or exc
             try:
                 await audit.refused_request(db, request, error)
@@ -87,6 +112,8 @@ async def unit_of_work(
             raise
         if auth_service.ended_credentials(session):
             await forget_cached_keys(request)
+        if routing is not None:
+            await routing.finish(session, read=read, write=audit.is_write(request))
 
 
 async def forget_cached_keys(request: Request) -> None:
@@ -196,7 +223,7 @@ async def current_scope(
     # From here the unit of work is the credential's tenant's (row-level security).
     await tenancy.bind(session, tenant)
     if tenant.key_id is not None and caches.needs_touch(tenant.key_id):
-        await auth_service.record_use(session, tenant)
+        await replicas.incidental(session, tenant, lambda s: auth_service.record_use(s, tenant))
     await _daily_quotas(request, session, tenant, caches, admission.used_today)
     slug = await tenants_service.project_slug_for(
         session, tenant, forced=credential.project_slug, asked=x_project

@@ -49,6 +49,7 @@ from app.providers.embedding.base import QueryCache
 from app.providers.errors import ProviderError
 from app.providers.factory import make_embedder
 from app.ratelimit import StreamSlots
+from app.replicas import ReplicaRouting, ReplicaSet
 from app.request_vars import request_id_var
 from app.search.router import router as search_router
 from app.sessions.router import router as sessions_router
@@ -121,9 +122,12 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
         own_db = db is None
         app.state.db = db if db is not None else Database.from_settings(settings)
         metrics.watch_pool(app.state.db.pool_status)
+        app.state.replicas = ReplicaSet.from_settings(settings, app.state.db)
         metrics.watch_streams(app.state.streams.total)
         if provider is not None:
             tracing.instrument_engine(app.state.db.engine, provider)
+            for replica in app.state.replicas.replicas if app.state.replicas else []:
+                tracing.instrument_engine(replica.db.engine, provider)
         app.state.redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
         # Query embeddings run in-process (the model loads on first use).
         app.state.embedder = make_embedder(settings)
@@ -137,10 +141,14 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
             if settings.secret_key is not None
             else None
         )
+        if app.state.replicas is not None:
+            await app.state.replicas.start()
         try:
             async with mcp.running(), metrics.live_figures_written():
                 yield
         finally:
+            if app.state.replicas is not None:
+                await app.state.replicas.stop()
             app.state.drain.requested = True
             if provider is not None:
                 provider.shutdown()  # flushes the spans still buffered
@@ -229,6 +237,10 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     app.include_router(grounding_router)
     app.include_router(distill_router)
     app.include_router(mem0_router)  # mem0's hosted API under /mem0
+    if settings.database_replica_urls:
+        # Inside the request context: a read re-run on the primary keeps its
+        # request id and is timed and counted once.
+        app.add_middleware(ReplicaRouting)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_body_bytes,

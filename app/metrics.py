@@ -102,6 +102,54 @@ STREAMS = Gauge(
     registry=_OWN,
 )
 
+# Read replicas (app.replicas). A replica is named by its place in
+# KEEPMEM_DATABASE_REPLICA_URLS (replica0, replica1, ...), never by its URL.
+REPLICA_LAG = Gauge(
+    "keepmem_replica_lag_seconds",
+    "How far each read replica's replay is behind the primary, as last checked "
+    "(-1: it could not be reached).",
+    ["replica"],
+    multiprocess_mode="livemax",
+    registry=_OWN,
+)
+REPLICA_IN_ROTATION = Gauge(
+    "keepmem_replica_in_rotation",
+    "1 while a read replica serves reads, 0 while it is out (unreachable, promoted, or "
+    "lagging past KEEPMEM_REPLICA_MAX_LAG_SECONDS).",
+    ["replica"],
+    multiprocess_mode="livemin",
+    registry=_OWN,
+)
+READS = Counter(
+    "keepmem_reads_total",
+    "Finds, lists and gets when read replicas are configured, by what served them "
+    "(replica or primary).",
+    ["served_by"],
+    registry=_OWN,
+)
+CONSISTENT_READS = Counter(
+    "keepmem_replica_consistent_reads_total",
+    "Reads carrying X-Keepmem-Consistency, by outcome: replica (one had replayed the "
+    "write), waited (one had after polling), primary (none within KEEPMEM_REPLICA_WAIT_MS, "
+    "or none in rotation).",
+    ["outcome"],
+    registry=_OWN,
+)
+REPLICA_RETRIES = Counter(
+    "keepmem_replica_retries_total",
+    "Reads a replica failed that the primary then answered, by reason (read_only: the "
+    "read had to write; unavailable; conflict: cancelled by replay; error), and the "
+    "incidental writes of replica reads that failed on the primary (deferred_write).",
+    ["reason"],
+    registry=_OWN,
+)
+
+
+def observe_replica(name: str, *, lag: float | None, in_rotation: bool) -> None:
+    REPLICA_LAG.labels(name).set(-1.0 if lag is None else lag)
+    REPLICA_IN_ROTATION.labels(name).set(1.0 if in_rotation else 0.0)
+
+
 # Figures read from the database are kept this long (scrapers may be many).
 QUEUE_TTL_S = 5.0
 _queue_read_at = 0.0

@@ -9,6 +9,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -127,6 +128,30 @@ class Settings(BaseSettings):
     db_pgbouncer: bool = Field(
         default=False,
         description="KEEPMEM_DATABASE_URL points at PgBouncer in transaction pooling mode.",
+    )
+    # Read replicas (app.replicas): streaming standbys of the primary that
+    # serve finds, lists and gets. A read carrying a client's consistency
+    # token waits this long for a replica that has replayed its write, else
+    # the primary answers; a replica further behind than the lag limit
+    # leaves the rotation until it catches up.
+    database_replica_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="URLs of streaming read replicas of KEEPMEM_DATABASE_URL (same role; "
+        "comma-separated or a JSON list). Empty: every request uses the primary.",
+    )
+    replica_wait_ms: int = Field(
+        default=200,
+        ge=0,
+        le=10_000,
+        description="How long a read carrying X-Keepmem-Consistency waits for a replica "
+        "that has replayed that write before the primary serves it.",
+    )
+    replica_max_lag_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A replica further behind the primary than this leaves the rotation "
+        "(it comes back by itself once it has caught up).",
     )
 
     # Limits. Request bodies above max_body_bytes are refused with 413 before
@@ -407,6 +432,19 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("database_replica_urls", mode="before")
+    @classmethod
+    def _replica_list(cls, value: object) -> object:
+        # A comma starts a new URL only where a scheme follows: a multi-host
+        # URL (host1:5432,host2:5432) keeps its own commas.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            parts = re.split(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)", text)
+            return [part.strip() for part in parts if part.strip()]
         return value
 
     @model_validator(mode="after")

@@ -412,7 +412,7 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 # input door; then the domains in the order they build on each other; web:
 # the HTTP edge (deps, routers, middleware, MCP, the dashboard); cli last.
 BASE = {"settings", "errors", "request_vars", "logs", "metrics", "tracing", "sealing", "providers"}
-INFRA = {"db", "models", "tenancy", "caches", "ratelimit", "wire"}
+INFRA = {"db", "models", "tenancy", "caches", "ratelimit", "wire", "replicas"}
 WEB = {"deps", "main", "middleware", "mcp_endpoint", "cors", "docs", "ui", "admin"}
 LAYERS = [
     "base", "kit", "infra",

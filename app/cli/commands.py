@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app import __version__, tenancy
-from app.cli import process
+from app.cli import process, replication
 from app.cli.serving import METRICS_DIR
 from app.cli.serving import server_config as server_config  # (tests serve with it)
 from app.settings import Settings
@@ -47,17 +47,21 @@ class _Embedded:
 
         self.data_dir = data_dir
         self.pg = EmbeddedPostgres(data_dir)
+        self.standbys: list[replication.Standby] = []
 
-    def start_database(self, settings: Settings) -> Settings:
+    def start_database(
+        self, settings: Settings, *, replicas: int = 0, synchronous: bool = False
+    ) -> Settings:
         from app.cli import migrate
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.pg = replication.after_failover(self.data_dir) or self.pg
         self.pg.start()
         self.pg.ensure_login_role(settings.app_role)
-        owner = self.pg.url("postgres")
-        migrate.upgrade(owner, settings.app_role)
+        migrate.upgrade(self.pg.url("postgres"), settings.app_role)
+        self.standbys = replication.start_standbys(self.pg, self.data_dir, replicas, synchronous)
         return settings.model_copy(
-            update={"database_url": self.pg.url(settings.app_role), "owner_database_url": owner}
+            update=replication.urls(self.pg, self.standbys, settings.app_role)
         )
 
 
@@ -177,7 +181,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             migrate.upgrade(settings.effective_owner_url or "", settings.app_role)
         else:
             embedded = _Embedded(data_dir)
-            settings = embedded.start_database(settings)
+            settings = embedded.start_database(
+                settings, replicas=args.replicas, synchronous=args.synchronous_standby
+            )
         seeded = _run(lambda: _seed_projects(settings))
         if seeded:
             _eprint(f"keepmem: {seeded} schema docs added to existing projects")
@@ -196,7 +202,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         worker.start()
         # Everything this command started is restarted when it dies.
         parts: list[Part] = [worker]
-        parts += [embedded.pg] if embedded is not None else []
+        if embedded is not None:
+            parts += replication.supervised(embedded.pg, data_dir, embedded.standbys, _eprint)
         parts += [redis] if redis is not None else []
         supervisor = Supervisor(parts, say=_eprint)
         supervisor.start()
@@ -220,7 +227,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if redis is not None:
             redis.stop()
         if embedded is not None:
-            embedded.pg.stop()
+            replication.stop(embedded.pg, embedded.standbys)
         lock.release()
         _eprint("keepmem: stopped")
 
@@ -242,6 +249,8 @@ def _env_of(settings: Settings) -> dict[str, str]:
         secret = getattr(settings, name)
         if secret is not None:
             env[f"KEEPMEM_{name.upper()}"] = secret.get_secret_value()
+    if settings.database_replica_urls:
+        env["KEEPMEM_DATABASE_REPLICA_URLS"] = ",".join(settings.database_replica_urls)
     return env
 
 
@@ -501,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, help="port (default 8765)")
     up.add_argument("--workers", type=_workers, help=WORKERS_HELP)
     up.set_defaults(func=cmd_up)
+    replication.add_arguments(up, sub)
 
     serve = sub.add_parser("serve", help="run the API against KEEPMEM_DATABASE_URL")
     serve.add_argument("--host")

@@ -11,7 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
+from app import replicas
 from app.errors import BadRequest, NoteNotFound, PartNotFound, VersionNotFound
 from app.jobs import repository as jobs
 from app.kit import storable
@@ -45,8 +47,13 @@ async def get(session: AsyncSession, scope: Scope, *, raw_id: str) -> ItemView:
             note = await create_now(session, scope, note_id=note_id)
         if note is not None:
             now = utcnow()
-            await repo.touch_accessed(session, scope, note_id, now)
-            note.accessed_at = now
+            # on a read replica: run on the primary after the read
+            await replicas.incidental(
+                session, scope, lambda s: repo.touch_accessed(s, scope, note_id, now)
+            )
+            # shown, not flushed: the statement above is the write (on a
+            # replica, an autoflush of the row would be refused)
+            set_committed_value(note, "accessed_at", now)
             pending = await jobs.open_kinds_by_note(session, scope, [note_id])
             return note_view(note, pending=pending.get(note_id, []))
     try:

@@ -38,6 +38,19 @@ export interface KeepmemOptions {
   headers?: Record<string, string>;
 }
 
+/**
+ * A write's consistency token (its WAL position on the primary), sent back on
+ * later requests: a read replica serves them only once it has that write.
+ */
+export const CONSISTENCY_HEADER = "X-Keepmem-Consistency";
+
+/** A WAL position (`16/B374D848`) as a number to compare; undefined if it is not one. */
+export function lsnPosition(token: string): bigint | undefined {
+  const match = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/.exec(token.trim());
+  if (!match) return undefined;
+  return (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`);
+}
+
 /** A query: `undefined`/`null` left out, arrays repeated, booleans as `true`/`false`. */
 export type QueryValue = string | number | boolean | null | undefined;
 export type Query = Record<string, QueryValue | readonly QueryValue[]>;
@@ -190,6 +203,9 @@ export class Transport {
   private readonly apiKey: string | undefined;
   private readonly fetchImpl: FetchLike;
   private readonly extraHeaders: Record<string, string>;
+  /** The newest consistency token this client's writes were answered with. */
+  consistencyToken: string | undefined;
+  private consistencyPosition = -1n;
 
   /** Options first, then `KEEPMEM_URL` / `KEEPMEM_API_KEY` / `KEEPMEM_PROJECT`, then the defaults. */
   constructor(options: KeepmemOptions = {}) {
@@ -207,7 +223,8 @@ export class Transport {
   /**
    * The headers of every request. Browsers choose their own User-Agent, and
    * each header beyond the CORS-safe ones must be allowed by the server:
-   * only `Authorization`, `Content-Type` (with a body) and `X-Project` are sent.
+   * only `Authorization`, `Content-Type` (with a body), `X-Project` and,
+   * after a write answered with one, `X-Keepmem-Consistency` are sent.
    */
   headers(body: boolean): Record<string, string> {
     const out: Record<string, string> = {};
@@ -215,7 +232,21 @@ export class Transport {
     if (body) out["Content-Type"] = "application/json";
     if (this.apiKey) out["Authorization"] = `Bearer ${this.apiKey}`;
     if (this.project) out["X-Project"] = this.project;
+    if (this.consistencyToken) out[CONSISTENCY_HEADER] = this.consistencyToken;
     return { ...out, ...this.extraHeaders };
+  }
+
+  /** Remember the answer's consistency token when it is newer than the one held. */
+  private observe(response: Response): void {
+    const given = response.headers?.get?.(CONSISTENCY_HEADER);
+    if (!given) return;
+    const position = lsnPosition(given);
+    if (position === undefined) {
+      this.consistencyToken = given;
+    } else if (position > this.consistencyPosition) {
+      this.consistencyPosition = position;
+      this.consistencyToken = given;
+    }
   }
 
   private target(call: Pick<Call, "path" | "query">): string {
@@ -247,6 +278,7 @@ export class Transport {
           body: hasBody ? JSON.stringify(call.body) : undefined,
           signal: attempt.controller.signal,
         });
+        this.observe(response);
         text = await response.text(); // within the timeout too
       } catch (error) {
         throw attempt.failure(error);

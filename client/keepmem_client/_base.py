@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -79,6 +80,63 @@ class Config:
         if self.project:
             out["X-Project"] = self.project
         return out
+
+
+#: A write's consistency token (its WAL position on the primary), sent back
+#: on later requests: a read replica serves them only once it has that write.
+CONSISTENCY_HEADER = "X-Keepmem-Consistency"
+
+
+def _lsn(token: str) -> int | None:
+    high, sep, low = token.strip().partition("/")
+    try:
+        return (int(high, 16) << 32) | int(low, 16) if sep else None
+    except ValueError:
+        return None
+
+
+class Consistency:
+    """Read-your-writes across read replicas: the newest consistency token
+    this client's writes were answered with, sent on every later request
+    (unless the caller set the header). Shared by the client's threads or
+    tasks: a token only ever moves forward."""
+
+    __slots__ = ("_lock", "_position", "token")
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self._position = -1
+        self._lock = threading.Lock()
+
+    def observe(self, response: httpx.Response) -> None:
+        given = response.headers.get(CONSISTENCY_HEADER)
+        if not given:
+            return
+        position = _lsn(given)
+        with self._lock:
+            if position is None:  # not a position: keep the newest given
+                self.token = given
+            elif position > self._position:
+                self._position, self.token = position, given
+
+    def stamp(self, request: httpx.Request) -> None:
+        if self.token and CONSISTENCY_HEADER not in request.headers:
+            request.headers[CONSISTENCY_HEADER] = self.token
+
+    def hooks(self) -> dict[str, list[Callable[..., Any]]]:
+        """httpx event hooks for a sync client."""
+        return {"request": [self.stamp], "response": [self.observe]}
+
+    def async_hooks(self) -> dict[str, list[Callable[..., Any]]]:
+        """httpx event hooks for an async client (they must be coroutines)."""
+
+        async def stamp(request: httpx.Request) -> None:
+            self.stamp(request)
+
+        async def observe(response: httpx.Response) -> None:
+            self.observe(response)
+
+        return {"request": [stamp], "response": [observe]}
 
 
 def clean(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import httpx
 
 from keepmem_client import _calls as calls
 from keepmem_client import _models as m
-from keepmem_client._base import Call, Config, backoff, raise_for, should_retry
+from keepmem_client._base import Call, Config, Consistency, backoff, raise_for, should_retry
 from keepmem_client._errors import APIConnectionError, APIError, APITimeoutError
 from keepmem_client._grounding import AsyncGrounding, Grounding
 from keepmem_client._memories import AsyncMemories, Memories
@@ -57,11 +57,13 @@ class SyncBase:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.config = Config.resolve(base_url, api_key, project, timeout, max_retries, headers)
+        self.consistency = Consistency()
         self._http = httpx.Client(
             base_url=self.config.base_url,
             headers=self.config.default_headers(),
             timeout=self.config.timeout,
             transport=transport,
+            event_hooks=self.consistency.hooks(),
         )
 
     def __enter__(self) -> Self:
@@ -268,11 +270,13 @@ class AsyncKeepmem(AsyncSessions, AsyncMemories, AsyncGrounding):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.config = Config.resolve(base_url, api_key, project, timeout, max_retries, headers)
+        self.consistency = Consistency()
         self._http = httpx.AsyncClient(
             base_url=self.config.base_url,
             headers=self.config.default_headers(),
             timeout=self.config.timeout,
             transport=transport,
+            event_hooks=self.consistency.async_hooks(),
         )
 
     async def __aenter__(self) -> AsyncKeepmem:
