@@ -224,6 +224,8 @@ def is_outage(exc: BaseException) -> bool:
         if isinstance(state, str) and state.startswith(_OUTAGE_STATES):
             return True
         name = type(err).__name__
+        if name == "TargetServerAttributeNotMatched":
+            return True  # a failover under way: every server reached is a standby
         if (
             name in ("ConnectionDoesNotExistError", "InterfaceError")
             and "connection" in str(err).lower()

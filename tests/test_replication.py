@@ -150,3 +150,15 @@ def test_other_standbys_follow_the_promoted_one(primary: EmbeddedPostgres, tmp_p
     finally:
         for standby in standbys:
             standby.stop()
+
+
+def test_no_server_taking_writes_is_an_outage() -> None:
+    """Mid-failover every server a multi-host URL reaches may be a standby:
+    asyncpg says no host matched target_session_attrs. That is an outage
+    (503, retried), not a fault of the request."""
+    from asyncpg.exceptions import TargetServerAttributeNotMatched
+
+    from app.db import is_outage
+
+    assert is_outage(TargetServerAttributeNotMatched('None of the hosts match "read-write"'))
+    assert not is_outage(ValueError("bad input"))
