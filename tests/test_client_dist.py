@@ -42,13 +42,17 @@ def test_client_installs_alone_and_its_readme_runs(tmp_path: Path) -> None:
         assert pin.lower().replace("_", "-") in installed.replace("_", "-"), pin
     readme = (CLIENT / "README.md").read_text()
     examples = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert len(examples) == 2
+    # the SDK's two, then LangChain's (the [langchain] extra: the suite's own
+    # environment has it, the lone one above on purpose does not)
+    assert len(examples) == 3
+    assert "keepmem_client.langchain" in examples[2]
     port = free_port()
     proc, key = _start(
         tmp_path / "stack", port, tmp_path / "up.log"
     )  # `keepmem up`, as a user runs it
     try:
-        _run_examples(python, examples, f"http://127.0.0.1:{port}", key)
+        _run_examples(python, examples[:2], f"http://127.0.0.1:{port}", key)
+        _run_langchain_example(examples[2], f"http://127.0.0.1:{port}", key)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
@@ -70,3 +74,14 @@ def _run_examples(python: Path, examples: list[str], url: str, key: str) -> None
             assert "20" in lines and "404 note_not_found" in lines
         else:
             assert "Tides turn every six hours" in out.stdout
+
+
+def _run_langchain_example(code: str, url: str, key: str) -> None:
+    env = {"KEEPMEM_URL": url, "KEEPMEM_API_KEY": key, "KEEPMEM_PROJECT": "readme",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Question: When does the ferry leave?" in out.stdout, out.stdout
