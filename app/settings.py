@@ -106,6 +106,27 @@ class Settings(BaseSettings):
     )
 
     data_dir: str = Field(default=".keepmem", description="Embedded stack data directory.")
+    # Backups of the embedded stack (app.cli.backup): `keepmem up` archives
+    # its WAL into backup_dir and takes a base backup every so many hours,
+    # keeping the newest few (and the WAL they need).
+    backup_dir: str | None = Field(
+        default=None,
+        description="Where `keepmem up` keeps backups of the embedded PostgreSQL (a "
+        "directory); unset: no scheduled backups.",
+    )
+    backup_every_hours: float = Field(
+        default=24.0, gt=0, le=8760, description="Hours between scheduled base backups."
+    )
+    backup_keep: int = Field(
+        default=7, ge=1, le=1000, description="Base backups kept (older ones and their WAL go)."
+    )
+    backup_archive_timeout_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=86400,
+        description="A quiet server's WAL reaches the archive within this long (PostgreSQL's "
+        "archive_timeout): the most a lost disk can lose.",
+    )
     host: str = "127.0.0.1"
     port: int = 8765
     # One API process saturates one core (its Python) while PostgreSQL waits

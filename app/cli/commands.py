@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app import __version__, tenancy
-from app.cli import process, replication
+from app.cli import backup, process, replication
 from app.cli.serving import METRICS_DIR
 from app.cli.serving import server_config as server_config  # (tests serve with it)
 from app.settings import Settings
@@ -204,6 +204,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         parts: list[Part] = [worker]
         if embedded is not None:
             parts += replication.supervised(embedded.pg, data_dir, embedded.standbys, _eprint)
+            parts += backup.scheduled(settings, data_dir, embedded.pg, embedded.standbys, _eprint)
         parts += [redis] if redis is not None else []
         supervisor = Supervisor(parts, say=_eprint)
         supervisor.start()
@@ -511,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--workers", type=_workers, help=WORKERS_HELP)
     up.set_defaults(func=cmd_up)
     replication.add_arguments(up, sub)
+    backup.add_commands(sub)
 
     serve = sub.add_parser("serve", help="run the API against KEEPMEM_DATABASE_URL")
     serve.add_argument("--host")
