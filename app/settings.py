@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     backup_dir: str | None = Field(
         default=None,
         description="Where `keepmem up` keeps backups of the embedded PostgreSQL (a "
-        "directory); unset: no scheduled backups.",
+        "directory, or s3://bucket/prefix through a local spool); unset: no scheduled backups.",
     )
     backup_every_hours: float = Field(
         default=24.0, gt=0, le=8760, description="Hours between scheduled base backups."

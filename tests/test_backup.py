@@ -311,10 +311,10 @@ def test_a_restore_refuses_what_the_backups_cannot_give(
     with pytest.raises(BackupError, match="not empty"):
         restore(s.dest, s.target, new)
     args = build_parser().parse_args(
-        ["restore", "--from", "s3://bucket/keepmem", "--to", s.target.isoformat(), "--into", "x"]
+        ["restore", "--from", "gs://bucket/keepmem", "--to", s.target.isoformat(), "--into", "x"]
     )
     assert args.func(args) == 1
-    assert "s3:// destinations are not supported" in capsys.readouterr().err
+    assert "gs:// destinations are not supported" in capsys.readouterr().err
     assert not (s.root / "x").exists()
 
 

@@ -26,10 +26,10 @@ Why the choices:
 * After a failover the promoted standby is backed up; a standby made after
   archiving was turned on archives by itself once promoted, one made
   before is turned on by the next backup (one restart).
-* Object stores (``s3://``) are not supported: keepmem has no S3 client
-  among its dependencies. A destination can be synced to one as it is: it
-  only ever gains complete files (base backups renamed into place, WAL
-  segments by rename).
+* An object store (``s3://``) is reached through a local spool: the
+  spool is the directory destination all of this writes, and
+  ``app.cli.objectstore`` mirrors it to the store (``keepmem backup``
+  before it reports done, ``keepmem up`` every few seconds).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from app.cli import objectstore
 from app.cli.embedded import DATABASE, SUPERUSER, EmbeddedError, EmbeddedPostgres
 from app.cli.restore import (
     BASE,
@@ -139,7 +140,8 @@ def archive_now(pg: EmbeddedPostgres, dest: Path, *, timeout: float = 60.0) -> s
     pg.psql("SELECT pg_current_xact_id()")
     segment = pg.psql("SELECT pg_walfile_name(pg_switch_wal())").strip()
     deadline = time.monotonic() + timeout
-    while not (dest / WAL / segment).exists():
+    # (an uploader may have sent it on from a spool already)
+    while not (dest / WAL / segment).exists() and not _archived(pg, segment):
         if time.monotonic() > deadline:
             failed = pg.psql("SELECT last_failed_wal FROM pg_stat_archiver").strip()
             raise BackupError(
@@ -148,6 +150,11 @@ def archive_now(pg: EmbeddedPostgres, dest: Path, *, timeout: float = 60.0) -> s
             )
         time.sleep(0.05)
     return segment
+
+
+def _archived(pg: EmbeddedPostgres, segment: str) -> bool:
+    last = pg.psql("SELECT last_archived_wal FROM pg_stat_archiver").strip()
+    return len(last) == 24 and last[:8] == segment[:8] and last >= segment
 
 
 # -- base backups ----------------------------------------------------------------------
@@ -224,7 +231,10 @@ class Schedule:
         self, servers: list[EmbeddedPostgres], data_dir: Path, settings: Settings,
         say: Callable[[str], None],
     ) -> None:  # fmt: skip
-        self.dest = destination(settings.backup_dir or "")
+        self.remote = None
+        if objectstore.is_remote(settings.backup_dir):
+            self.remote = objectstore.Remote.of(settings.backup_dir or "", data_dir)
+        self.dest = self.remote.spool if self.remote else destination(settings.backup_dir or "")
         self.servers, self.data_dir, self.say = servers, data_dir, say
         self.every = timedelta(hours=settings.backup_every_hours)
         self.keep, self.timeout_s = settings.backup_keep, settings.backup_archive_timeout_seconds
@@ -249,6 +259,8 @@ class Schedule:
             self.primary(), self.dest, data_dir=self.data_dir, archive_timeout_s=self.timeout_s
         )
         pruned = prune(self.dest, self.keep)
+        if self.remote is not None:  # (failing: the uploader retries)
+            self.remote.sync(keep=self.keep)
         self.say(f"keepmem: backup {made.path.name} taken, {len(pruned)} old one(s) pruned")
         return made
 
@@ -282,7 +294,7 @@ class Schedule:
 def scheduled(
     settings: Settings, data_dir: Path, primary: EmbeddedPostgres,
     standbys: Sequence[EmbeddedPostgres], say: Callable[[str], None],
-) -> list[Schedule]:  # fmt: skip
+) -> list[Schedule | objectstore.Uploader]:  # fmt: skip
     """``keepmem up``'s backups, when ``KEEPMEM_BACKUP_DIR`` is set (else
     none): WAL archiving turned on now, before anything connects (its one
     restart is then free), and the schedule's thread started."""
@@ -298,8 +310,12 @@ def scheduled(
     except (EmbeddedError, OSError) as exc:  # (a backup disk not mounted yet: serve anyway)
         say(f"keepmem: WAL archiving is not on ({exc}); the schedule tries again")
     schedule.restart()
-    say(f"keepmem: backups to {schedule.dest} every {settings.backup_every_hours:g} h")
-    return [schedule]
+    say(f"keepmem: backups to {settings.backup_dir} every {settings.backup_every_hours:g} h")
+    if schedule.remote is None:
+        return [schedule]
+    uploader = objectstore.Uploader(schedule.remote, schedule.keep, say)
+    uploader.restart()
+    return [schedule, uploader]
 
 
 # -- the command line ----------------------------------------------------------------------
@@ -307,22 +323,24 @@ def scheduled(
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``keepmem backup`` and ``keepmem restore``."""
-    from app.cli.restore import cmd_restore
-
     backup = commands.add_parser("backup", help="base backup + continuous WAL archiving")
     backup.add_argument("--data-dir", help="the embedded stack's directory (default .keepmem)")
-    backup.add_argument("--to", help="a directory or file:// URL (default KEEPMEM_BACKUP_DIR)")
+    backup.add_argument(
+        "--to", help="a directory, file:// or s3:// URL (default KEEPMEM_BACKUP_DIR)"
+    )
     backup.add_argument(
         "--keep", type=_count, help="base backups kept (default KEEPMEM_BACKUP_KEEP)"
     )
     backup.set_defaults(func=cmd_backup)
     restore = commands.add_parser("restore", help="restore a backup to a point in time")
-    restore.add_argument("--from", dest="source", required=True, help="the backup destination")
+    restore.add_argument(
+        "--from", dest="source", required=True, help="the backup destination (or s3:// URL)"
+    )
     restore.add_argument(
         "--to", dest="time", required=True, help="ISO 8601 time (without a zone: local)"
     )
     restore.add_argument("--into", required=True, help="a new data directory")
-    restore.set_defaults(func=cmd_restore)
+    restore.set_defaults(func=objectstore.cmd_restore)
 
 
 def _count(text: str) -> int:
@@ -346,8 +364,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
         say(f"keepmem: no embedded stack in {data_dir}; run `keepmem up` first")
         return 1
     timeout_s = settings.backup_archive_timeout_seconds
+    where = args.to or settings.backup_dir or ""
     try:
-        dest = destination(args.to or settings.backup_dir or "")
+        remote = objectstore.Remote.of(where, data_dir) if objectstore.is_remote(where) else None
+        dest = remote.spool if remote else destination(where)
         # (After a failover: the promoted standby, never the old primary.)
         pg = replication.after_failover(data_dir) or EmbeddedPostgres(data_dir)
         pg.start()
@@ -356,14 +376,20 @@ def cmd_backup(args: argparse.Namespace) -> int:
                 say("keepmem: WAL archiving turned on: PostgreSQL restarted once")
             made = take_backup(pg, dest, data_dir=data_dir, archive_timeout_s=timeout_s)
             pruned = prune(dest, args.keep or settings.backup_keep)
+            if remote is not None:  # (failing: all stays in the spool, sent by the next run)
+                remote.sync(keep=args.keep or settings.backup_keep)
         finally:
             if pg.started_here:
                 pg.stop()
     except EmbeddedError as exc:
         say(f"keepmem: {exc}")
+        if objectstore.is_remote(where) and (data_dir / objectstore.SPOOL).is_dir():
+            say(f"keepmem: {data_dir / objectstore.SPOOL} keeps what is not uploaded yet")
         return 1
-    say(f"keepmem: base backup {made.path} verified; WAL archived to {dest / WAL}")
+    say(f"keepmem: base backup {made.path.name} verified; WAL archived to {where}")
     say(f"keepmem: restorable from {made.finished.isoformat()}; {len(pruned)} old one(s) pruned")
     if pg.started_here:
         say("keepmem: the stack is not running: WAL is archived again once `keepmem up` runs")
+    if remote is not None:
+        say(f"keepmem: WAL reaches {where} while `keepmem up` runs with KEEPMEM_BACKUP_DIR={where}")
     return 0

@@ -90,13 +90,14 @@ def give_to_server(path: Path) -> None:
 
 
 def destination(text: str) -> Path:
-    """A backup destination: a directory, or a ``file://`` URL of one."""
+    """A backup destination: a directory, or a ``file://`` URL of one
+    (``s3://``: ``app.cli.objectstore``, through a spool directory)."""
     if text.startswith("file://"):
         text = text.removeprefix("file://")
     elif re.match(r"^[a-z][a-z0-9+.-]*://", text):
         raise BackupError(
             f"{text.split('://')[0]}:// destinations are not supported: back up to a "
-            "directory (it can be synced to an object store: it only gains complete files)"
+            "directory or to s3://bucket/prefix (any S3-compatible store)"
         )
     return Path(text).expanduser().resolve()
 
