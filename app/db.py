@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -203,12 +203,9 @@ def json_value(value: Any) -> Any:
 _OUTAGE_STATES = ("08", "57P01", "57P02", "57P03")
 
 
-def is_outage(exc: BaseException) -> bool:
-    """Whether an error means the database cannot be reached (rather than a
-    bad statement): the API answers 503 for those, and recovers by itself
-    when the server is back (the pool pre-pings and reconnects)."""
-    from sqlalchemy import exc as sa_exc
-
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every error behind it (raised from, raised during, the
+    driver's own under SQLAlchemy's), each once."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -216,11 +213,28 @@ def is_outage(exc: BaseException) -> bool:
         if err is None or id(err) in seen:
             continue
         seen.add(id(err))
+        yield err
+        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
+
+
+def sqlstate(err: BaseException) -> str | None:
+    """The SQLSTATE an error carries (asyncpg's or psycopg's name for it)."""
+    state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    return state if isinstance(state, str) else None
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether an error means the database cannot be reached (rather than a
+    bad statement): the API answers 503 for those, and recovers by itself
+    when the server is back (the pool pre-pings and reconnects)."""
+    from sqlalchemy import exc as sa_exc
+
+    for err in causes(exc):
         if isinstance(err, OSError | sa_exc.TimeoutError):  # refused, reset, pool timeout
             return True
         if isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated:
             return True
-        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+        state = sqlstate(err)
         if isinstance(state, str) and state.startswith(_OUTAGE_STATES):
             return True
         name = type(err).__name__
@@ -231,7 +245,6 @@ def is_outage(exc: BaseException) -> bool:
             and "connection" in str(err).lower()
         ):
             return True
-        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return False
 
 
@@ -240,20 +253,13 @@ def refusal(exc: BaseException) -> tuple[str, str] | None:
     security (SQLSTATE 42501 naming a policy: a tag-scoped credential
     reaching past its scope) or a quota (KMQ01, raised by the usage
     triggers). None for anything else."""
-    todo: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while todo:
-        err = todo.pop()
-        if err is None or id(err) in seen:
-            continue
-        seen.add(id(err))
-        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    for err in causes(exc):
+        state = sqlstate(err)
         if state == "42501" and "row-level security" in str(err):
             return "scope", "this write reaches outside the credential's tag scope"
         if state == "KMQ01":
             message = getattr(err, "message", None) or str(err)
             return "quota", str(message).splitlines()[0]
-        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return None
 
 

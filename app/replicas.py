@@ -41,7 +41,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import metrics, tenancy
-from app.db import Database, is_outage, lsn_text, parse_lsn, replay_status, wal_position
+from app.db import (
+    Database,
+    causes,
+    is_outage,
+    lsn_text,
+    parse_lsn,
+    replay_status,
+    sqlstate,
+    wal_position,
+)
 from app.errors import AppError
 from app.logs import log_failure
 from app.settings import Settings
@@ -298,19 +307,12 @@ class Attempt:
 def _reason(exc: BaseException) -> str:
     if is_outage(exc):
         return "unavailable"
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        err = todo.pop()
-        if err is None or id(err) in seen:
-            continue
-        seen.add(id(err))
-        state = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    for err in causes(exc):
+        state = sqlstate(err)
         if state in ("25006", "25P02"):  # read-only transaction; aborted by such an error
             return "read_only"
         if state == "40001":  # cancelled by a conflict with recovery
             return "conflict"
-        todo += [err.__cause__, err.__context__, getattr(err, "orig", None)]
     return "error"
 
 

@@ -49,7 +49,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from app.cli import objectstore
-from app.cli.embedded import DATABASE, SUPERUSER, EmbeddedError, EmbeddedPostgres
+from app.cli.embedded import (
+    DATABASE,
+    SUPERUSER,
+    EmbeddedError,
+    EmbeddedPostgres,
+    give_to_server,
+    server_account,
+)
 from app.cli.restore import (
     BASE,
     INFO,
@@ -57,9 +64,7 @@ from app.cli.restore import (
     BackupError,
     BaseBackup,
     destination,
-    give_to_server,
     list_backups,
-    server_account,
     verify,
 )
 from app.cli.restore import run_program as _run

