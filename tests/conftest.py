@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -243,3 +246,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     that save evidence when a test failed (the dashboard's screenshots)."""
     outcome = yield
     setattr(item, f"rep_{call.when}", outcome.get_result())  # type: ignore[attr-defined]
+
+
+# pytest-timeout (pyproject: timeout) ends a hung run with every thread's
+# stack, which for an event loop is only its select(). This many seconds
+# before it does, every task of every running loop (the suite's and the live
+# servers') is printed with where it waits, to the captured stderr that
+# pytest-timeout then shows.
+TASKS_BEFORE_TIMEOUT = 20.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    limit = float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+    timer = None
+    if limit > TASKS_BEFORE_TIMEOUT:
+        timer = threading.Timer(limit - TASKS_BEFORE_TIMEOUT, _print_tasks, args=(item.nodeid,))
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _print_tasks(nodeid: str) -> None:
+    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+    for loop in (loop for loop in loops if loop.is_running()):
+        tasks = asyncio.all_tasks(loop)
+        print(f"{nodeid} still running: {len(tasks)} tasks of {loop!r}", file=sys.stderr)  # noqa: T201
+        for task in tasks:
+            task.print_stack(file=sys.stderr)

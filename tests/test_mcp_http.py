@@ -326,8 +326,26 @@ async def test_get_streams_are_capped_per_tenant_and_end(settings, make_tenant) 
                         pass
                 return time.monotonic() - began
 
+            async def statuses(streams: list[asyncio.Task[float]], count: int) -> list[int]:
+                """The statuses the next ``count`` streams opened with; a
+                stream that failed before opening raises its error here
+                (waiting on the queue alone would wait forever)."""
+                seen = []
+                while len(seen) < count:
+                    getter = asyncio.ensure_future(opened.get())
+                    done, _ = await asyncio.wait(
+                        {getter, *streams}, timeout=30, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if getter not in done:
+                        getter.cancel()
+                        for failed in done:
+                            failed.result()
+                        raise AssertionError(f"no stream opened within 30 s: {seen}")
+                    seen.append(getter.result())
+                return seen
+
             held = [asyncio.create_task(hold(tenant)) for _ in range(3)]
-            assert [await opened.get() for _ in range(3)] == [200, 200, 200]
+            assert await statuses(held, 3) == [200, 200, 200]
             assert app.state.streams.open(tenant.id) == 3
             r = await http.get("/mcp", headers={**tenant.headers, **sse})
             assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
@@ -335,13 +353,13 @@ async def test_get_streams_are_capped_per_tenant_and_end(settings, make_tenant) 
             r = await http.get("/v1/events", headers=tenant.headers)
             assert r.status_code == 429  # the same slots
             another = asyncio.create_task(hold(other))  # another tenant is not affected
-            assert await opened.get() == 200
-            lasted = await asyncio.gather(*held, another)
+            assert await statuses([another], 1) == [200]
+            lasted = await asyncio.wait_for(asyncio.gather(*held, another), timeout=30)
             assert all(1.5 < seconds < 10 for seconds in lasted), lasted
             assert app.state.streams.open(tenant.id) == 0
             again = asyncio.create_task(hold(tenant))
-            assert await opened.get() == 200
-            await again
+            assert await statuses([again], 1) == [200]
+            await asyncio.wait_for(again, timeout=30)
 
 
 async def test_documents_over_mcp_ingest_find_cite_and_verify(
