@@ -3,72 +3,26 @@ printed key, a second tenant from `keepmem admin`, clean shutdown, warm restart.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from app.cli.embedded import free_port
-
-CLI = [sys.executable, "-c", "from app.cli import main; main()"]
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-
-
-def _start(data_dir: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str], str]:
-    proc = subprocess.Popen(
-        [*CLI, "up", "--data-dir", str(data_dir), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    exports: dict[str, str] = {}
-    deadline = time.monotonic() + 90
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"keepmem up exited: {proc.stderr.read() if proc.stderr else ''}"
-                )
-            continue
-        if m := re.match(r"export (KEEPMEM_\w+)=(\S+)$", line.strip()):
-            exports[m.group(1)] = m.group(2)
-        if line.startswith("# for the keep CLI"):
-            return proc, exports, line
-    proc.kill()
-    raise AssertionError("keepmem up did not print its exports in time")
-
-
-def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGINT) -> str:
-    proc.send_signal(sig)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, err
-    return err
+from tests import upstack
+from tests.upstack import CLI, clean_env
 
 
 def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    port = free_port()
-    proc, exports, hint = _start(data_dir, port)
+    stack = upstack.start(data_dir)
     try:
-        url = exports["KEEPMEM_URL"]
-        key = exports["KEEPMEM_API_KEY"]
-        assert url == f"http://127.0.0.1:{port}" and key.startswith("km_")
-        assert "KEEPNOTES_API_URL" in hint and "KEEPNOTES_API_KEY" in hint
+        url, key = stack.exports["KEEPMEM_URL"], stack.key
+        assert url == stack.url and key.startswith("km_")
+        assert "KEEPNOTES_API_URL" in stack.hint and "KEEPNOTES_API_KEY" in stack.hint
         h = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=url, timeout=30) as c:
             assert (
@@ -105,7 +59,7 @@ def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
                 [*CLI, "admin", "create-tenant", "second", "--data-dir", str(data_dir)],
                 capture_output=True,
                 text=True,
-                env=_env(),
+                env=clean_env(),
                 timeout=120,
                 check=True,
             ).stdout
@@ -128,37 +82,38 @@ def test_up_serves_isolated_tenants_and_restarts(tmp_path: Path) -> None:
             found = c.post("/v1/search", json={"query": "retain this"}, headers=h).json()
             assert found["notes"][0]["id"] == "n2"
     finally:
-        err = _stop(proc)
-    assert "keepmem: stopped" in err
+        log = stack.stop()
+    assert stack.proc.returncode == 0 and "keepmem: stopped" in log, log[-3000:]
     assert not (data_dir / "pg" / "postmaster.pid").exists()
 
     # Warm restart: the data and the key survive; no new key is printed.
-    proc, exports, _ = _start(data_dir, port)
+    stack = upstack.start(data_dir)
     try:
-        assert "KEEPMEM_API_KEY" not in exports
-        with httpx.Client(base_url=exports["KEEPMEM_URL"], timeout=30) as c:
+        assert "KEEPMEM_API_KEY" not in stack.exports
+        with httpx.Client(base_url=stack.exports["KEEPMEM_URL"], timeout=30) as c:
             r = c.get("/v1/notes/n2", headers=h)
             assert r.status_code == 200 and r.json()["summary"] == "keep me"
     finally:
-        _stop(proc)
+        log = stack.stop()
+    assert stack.proc.returncode == 0, log[-3000:]
 
 
 def test_second_up_on_same_data_dir_refuses(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    proc, _, _ = _start(data_dir, free_port())
+    stack = upstack.start(data_dir)
     try:
         second = subprocess.run(
             [*CLI, "up", "--data-dir", str(data_dir), "--port", str(free_port())],
             capture_output=True,
             text=True,
-            env=_env(),
+            env=clean_env(),
             timeout=60,
         )
         assert second.returncode == 1
         assert "another keepmem is running" in second.stderr
     finally:
-        err = _stop(proc, signal.SIGTERM)
-    assert "keepmem: stopped" in err
+        log = stack.stop(signal.SIGTERM)
+    assert stack.proc.returncode == 0 and "keepmem: stopped" in log, log[-3000:]
     assert not (data_dir / "pg" / "postmaster.pid").exists()
 
 
@@ -169,7 +124,7 @@ async def test_admin_set_quota_changes_only_what_it_names(stack, tenant) -> None
 
     from tests.conftest import SECRET
 
-    env = {**_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
+    env = {**clean_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
 
     def set_quota(*flags: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

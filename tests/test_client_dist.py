@@ -5,14 +5,13 @@ running its README's examples against a live keepmem."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-from app.cli.embedded import free_port
-from tests.test_faults import _start
+from tests import upstack
+from tests.test_faults import QUICK
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "client"
@@ -46,16 +45,12 @@ def test_client_installs_alone_and_its_readme_runs(tmp_path: Path) -> None:
     # environment has it, the lone one above on purpose does not)
     assert len(examples) == 3
     assert "keepmem_client.langchain" in examples[2]
-    port = free_port()
-    proc, key = _start(
-        tmp_path / "stack", port, tmp_path / "up.log"
-    )  # `keepmem up`, as a user runs it
+    stack = upstack.start(tmp_path / "stack", env=QUICK)  # `keepmem up`, as a user runs it
     try:
-        _run_examples(python, examples[:2], f"http://127.0.0.1:{port}", key)
-        _run_langchain_example(examples[2], f"http://127.0.0.1:{port}", key)
+        _run_examples(python, examples[:2], stack.url, stack.key)
+        _run_langchain_example(examples[2], stack.url, stack.key)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        stack.stop()
 
 
 def _run_examples(python: Path, examples: list[str], url: str, key: str) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,61 +20,16 @@ import httpx
 import pytest
 
 from app.cli import replication
-from app.cli.embedded import EmbeddedError, free_port
-from tests.test_cli import CLI, _env
+from app.cli.embedded import EmbeddedError
+from tests import upstack
 
 WRITERS = 4
 
 
-def _start(data_dir: Path, log: Path, *options: str) -> tuple[subprocess.Popen[str], str, str]:
-    """``keepmem up --replicas 1`` (two API processes); its URL and first key."""
-    port = free_port()
-    env = {
-        **_env(),
-        "KEEPMEM_GRAPH_PROVIDER": "none",
-        "KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB": "128",
-    }
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "up",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-            "--replicas",
-            "1",
-            *options,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 180
-    key = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            raise AssertionError(f"keepmem up exited: {log.read_text()[-3000:]}")
-        if m := re.match(r"export KEEPMEM_API_KEY=(\S+)$", line.strip()):
-            key = m.group(1)
-        if line.startswith("# for the keep CLI"):
-            return proc, f"http://127.0.0.1:{port}", key
-    proc.kill()
-    raise AssertionError("keepmem up did not start in time")
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def _start(data_dir: Path, *options: str) -> upstack.Stack:
+    """``keepmem up --replicas 1`` (two API processes)."""
+    env = {"KEEPMEM_GRAPH_PROVIDER": "none", "KEEPMEM_EMBEDDED_SHARED_BUFFERS_MB": "128"}
+    return upstack.start(data_dir, "--workers", "2", "--replicas", "1", *options, env=env)
 
 
 class Writers:
@@ -154,8 +107,9 @@ def _postmaster(pgdata: Path) -> int:
 
 
 def test_notes_reach_the_standby_and_a_killed_standby_comes_back(tmp_path: Path) -> None:
-    data_dir, log = tmp_path / "d", tmp_path / "up.log"
-    proc, url, key = _start(data_dir, log)
+    data_dir = tmp_path / "d"
+    stack = _start(data_dir)
+    url, key = stack.url, stack.key
     standby = replication.Standby(data_dir / "replica-1", name="replica-1")
     try:
         assert standby.in_recovery()
@@ -178,8 +132,7 @@ def test_notes_reach_the_standby_and_a_killed_standby_comes_back(tmp_path: Path)
         # Asynchronous commit: the primary never waited for the standby.
         assert {s for _, s in load.statuses} == {200}
     finally:
-        _stop(proc)
-    text = log.read_text()
+        text = stack.stop()
     assert "replica-1 is down" in text and "replica-1 restarted" in text, text[-3000:]
 
 
@@ -187,9 +140,10 @@ def test_notes_reach_the_standby_and_a_killed_standby_comes_back(tmp_path: Path)
 def test_failover_under_load(
     tmp_path: Path, synchronous: bool, record_property: pytest.RecordProperty
 ) -> None:
-    data_dir, log = tmp_path / "d", tmp_path / "up.log"
+    data_dir = tmp_path / "d"
     options = ["--synchronous-standby"] if synchronous else []
-    proc, url, key = _start(data_dir, log, *options)
+    stack = _start(data_dir, *options)
+    url, key, log = stack.url, stack.key, stack.log
     standby = replication.Standby(data_dir / "replica-1", name="replica-1")
     try:
         with Writers(url, key, "w") as load:
@@ -233,7 +187,6 @@ def test_failover_under_load(
         told = "replica-1 was promoted; the old primary stays down"
         _wait(lambda: told in log.read_text(), 60, "the supervisor to see the promotion")
     finally:
-        _stop(proc)
-    text = log.read_text()
+        text = stack.stop()
     assert told in text, text[-3000:]
     assert "postgresql restarted" not in text, text[-3000:]

@@ -10,47 +10,21 @@ instead of a traceback per request.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from app.cli.embedded import free_port
-from tests.test_cli import CLI, _env
+from tests import upstack
 
-
-def _start(data_dir: Path, port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **_env(),
-        # lost queue entries are found again quickly (defaults: minutes)
-        "KEEPMEM_JOB_DISPATCH_TIMEOUT_SECONDS": "5",
-        "KEEPMEM_JOB_LEASE_SECONDS": "10",
-        "KEEPMEM_GRAPH_PROVIDER": "none",
-    }
-    proc = subprocess.Popen(
-        [*CLI, "up", "--data-dir", str(data_dir), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    key = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            raise AssertionError(f"keepmem up exited: {log.read_text()[-2000:]}")
-        if m := re.match(r"export KEEPMEM_API_KEY=(\S+)$", line.strip()):
-            key = m.group(1)
-        if line.startswith("# for the keep CLI"):
-            return proc, key
-    proc.kill()
-    raise AssertionError("keepmem up did not start in time")
+# lost queue entries are found again quickly (defaults: minutes)
+QUICK = {
+    "KEEPMEM_JOB_DISPATCH_TIMEOUT_SECONDS": "5",
+    "KEEPMEM_JOB_LEASE_SECONDS": "10",
+    "KEEPMEM_GRAPH_PROVIDER": "none",
+}
 
 
 class Load(threading.Thread):
@@ -105,9 +79,8 @@ def _pid(path: Path) -> int:
 
 def test_stack_heals_after_postgres_and_redis_are_killed(tmp_path: Path) -> None:
     data_dir = tmp_path / "d"
-    log = tmp_path / "up.log"
-    proc, key = _start(data_dir, free_port(), log)
-    url_line = f"http://127.0.0.1:{proc.args[-1]}"
+    stack = upstack.start(data_dir, env=QUICK, wait=120)
+    key, url_line = stack.key, stack.url
     load = Load(url_line, key)
     try:
         load.start()
@@ -175,13 +148,8 @@ def test_stack_heals_after_postgres_and_redis_are_killed(tmp_path: Path) -> None
             found = c.post("/v1/search", json={"query": "harbour", "limit": 5}).json()
             assert found["notes"] and found["pending_embedding"] == 0
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        text = stack.stop()
 
-    text = log.read_text()
     assert "postgresql is down" in text and "postgresql restarted" in text, text[-3000:]
     assert "redis is down" in text and "redis restarted" in text, text[-3000:]
     # one line per kind of failure, not a traceback per failed request

@@ -365,14 +365,14 @@ async def test_admin_rechunk_command_queues_every_project(client, tenant, stack)
     import subprocess
 
     from tests.conftest import SECRET
-    from tests.test_cli import CLI, _env
+    from tests.upstack import CLI, clean_env
 
     await settings(client, tenant, keep_text=True)
     await put(client, tenant, id="kept", content=long_text())
     other = tenant.project("second")
     r = await client.post("/v1/notes", json={"id": "held", "content": long_text()}, headers=other)
     assert r.status_code == 200, r.text
-    env = {**_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
+    env = {**clean_env(), "KEEPMEM_DATABASE_URL": stack.app_url, "KEEPMEM_SECRET_KEY": SECRET}
     done = subprocess.run(
         [*CLI, "admin", "rechunk", tenant.name],
         capture_output=True,

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -391,27 +390,14 @@ def _metric(url: str, admin: str, name: str, **labels: str) -> float:
 def test_keepmem_up_with_a_replica_reads_every_write_back_and_survives_its_death(
     tmp_path: Path,
 ) -> None:
-    from app.cli.embedded import free_port, load_secrets
-    from tests.test_cli import CLI, _stop
+    from app.cli.embedded import load_secrets
+    from tests import upstack
 
-    data_dir, port = tmp_path / "up", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEEPMEM_")}
-    env |= {"KEEPMEM_RATE_LIMIT_PER_MINUTE": "0", "KEEPMEM_API_WORKERS": "2"}
-    proc = subprocess.Popen(
-        [*CLI, "up", "--replicas", "1", "--data-dir", str(data_dir), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    exports: dict[str, str] = {}
+    data_dir = tmp_path / "up"
+    env = {"KEEPMEM_RATE_LIMIT_PER_MINUTE": "0", "KEEPMEM_API_WORKERS": "2"}
+    stack = upstack.start(data_dir, "--replicas", "1", env=env)
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 180
-        while "KEEPMEM_API_KEY" not in exports or "KEEPMEM_URL" not in exports:
-            assert time.monotonic() < deadline and proc.poll() is None, "keepmem up did not start"
-            line = proc.stdout.readline().strip()
-            if line.startswith("export KEEPMEM_"):
-                name, _, value = line.removeprefix("export ").partition("=")
-                exports[name] = value
-        url, key = exports["KEEPMEM_URL"], exports["KEEPMEM_API_KEY"]
+        url, key = stack.url, stack.key
         admin = load_secrets(data_dir, create=False).admin_token
         wait_for(lambda: _metric(url, admin, "keepmem_replica_in_rotation") >= 1, "rotation", 60)
         before = _metric(url, admin, "keepmem_reads_total", served_by="replica")
@@ -435,5 +421,5 @@ def test_keepmem_up_with_a_replica_reads_every_write_back_and_survives_its_death
         # the stack's supervisor restarts it; it rejoins the rotation by itself
         wait_for(lambda: _metric(url, admin, "keepmem_replica_in_rotation") >= 1, "return", 120)
     finally:
-        if proc.poll() is None:
-            _stop(proc)
+        log = stack.stop()
+    assert stack.proc.returncode == 0, log[-3000:]
