@@ -233,22 +233,43 @@ async def test_prompts_fill_from_their_flow(client, stocked) -> None:
     assert len(names) >= 11
 
 
-async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(client, tenant, db) -> None:
+async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(fresh_database, settings) -> None:
     """``keepmem migrate`` / ``keepmem up`` write keep's docs a project lacks
-    (a project made by an older keepmem) and leave the ones it edited."""
-    h = tenant.headers
-    r = await client.delete("/v1/notes/.state%2Ffind-deep", headers=h)
-    assert r.status_code == 200, r.text
-    await _put(client, tenant, ".meta/todo", "match: all\nrules: []")
-    async with tenancy.system_transaction(db) as session:
-        written = await accounts.seed_every_project(session)
-    assert written >= 1
-    back = await client.get("/v1/notes/.state%2Ffind-deep", headers=h)
-    assert back.status_code == 200 and "traverse" in back.json()["summary"]
-    todo = await client.get("/v1/notes/.meta%2Ftodo", headers=h)
-    assert todo.json()["summary"] == "match: all\nrules: []"
-    async with tenancy.system_transaction(db) as session:
-        assert await accounts.seed_every_project(session) == 0  # nothing left to add
+    (a project made by an older keepmem) and leave the ones it edited. On a
+    database of its own: the upgrade walks every tenant's projects."""
+    import httpx
+
+    from app.db import Database
+    from app.main import create_app
+    from tests.conftest import SECRET, Tenant
+
+    local = settings.model_copy(update={"database_url": fresh_database.app_url})
+    db = Database.from_settings(local)
+    try:
+        async with tenancy.system_transaction(db) as session:
+            made = await accounts.create_tenant(session, name="upgraded", server_secret=SECRET)
+        tenant = Tenant(id=made.tenant.id, name="upgraded", key=made.key.secret)
+        h = tenant.headers
+        app = create_app(local, db=db)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+        ):
+            r = await client.delete("/v1/notes/.state%2Ffind-deep", headers=h)
+            assert r.status_code == 200, r.text
+            await _put(client, tenant, ".meta/todo", "match: all\nrules: []")
+            async with tenancy.system_transaction(db) as session:
+                written = await accounts.seed_every_project(session)
+            assert written >= 1
+            back = await client.get("/v1/notes/.state%2Ffind-deep", headers=h)
+            assert back.status_code == 200 and "traverse" in back.json()["summary"]
+            todo = await client.get("/v1/notes/.meta%2Ftodo", headers=h)
+            assert todo.json()["summary"] == "match: all\nrules: []"
+            async with tenancy.system_transaction(db) as session:
+                assert await accounts.seed_every_project(session) == 0  # nothing left to add
+    finally:
+        await db.dispose()
 
 
 async def test_prompt_includes_are_bounded(client, tenant) -> None:
