@@ -83,6 +83,13 @@ class TooManyRequests(AppError):
     code = "rate_limited"
 
 
+class NotOffered(AppError):
+    """A feature of a compatible API (mem0's) that keepmem does not offer."""
+
+    status_code = 501
+    code = "not_offered"
+
+
 class ServiceUnavailable(AppError):
     status_code = 503
     code = "unavailable"

@@ -32,6 +32,15 @@ def refused(call: Callable[[], Any]) -> str:
     return ""
 
 
+def refusal(call: Callable[[], Any]) -> list[str]:
+    """The mem0 exception class a call raised and the message it carries."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the class and message are the answer
+        return [type(exc).__name__, str(getattr(exc, "message", exc))]
+    return []
+
+
 def ids(results: list[dict[str, Any]]) -> list[str]:
     return [r["id"] for r in results]
 
@@ -128,6 +137,13 @@ def read(host: str, key_a: str, key_b: str, state: dict[str, Any]) -> dict[str, 
     out["b_alice_after"] = b.get_all(filters={"user_id": "alice"})
     out["delete_users"] = a.delete_users(user_id="dora")
     out["dora_after"] = a.get_all(filters={"user_id": "dora"})
+    # what mem0 offers and keepmem does not: refused, saying so
+    out["not_offered"] = {
+        "feedback": refusal(lambda: a.feedback(tea_id, feedback="POSITIVE")),
+        "summary": refusal(lambda: a.get_summary()),
+        "project": refusal(lambda: a.get_project()),
+        "export": refusal(lambda: a.create_memory_export("{}", user_id="erin")),
+    }
     out["async"] = asyncio.run(_async_calls(host, key_b))
     return out
 

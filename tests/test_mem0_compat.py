@@ -123,6 +123,9 @@ async def test_mem0_client_two_users_two_tenants(
     assert r["alice_after"]["count"] == 0
     assert r["b_alice_after"]["count"] == 1  # tenant B's alice is another alice
     assert r["dora_after"]["count"] == 0
+    # what mem0 offers and keepmem does not: mem0's own error, carrying why
+    for call, (kind, message) in r["not_offered"].items():
+        assert kind == "MemoryError" and "keepmem's mem0 API does not offer" in message, call
 
     # the async client
     done = r["async"]
@@ -287,3 +290,31 @@ async def test_the_mem0_routes_are_in_the_openapi_document(client: httpx.AsyncCl
                  "/mem0/v1/entities/", "/mem0/v2/entities/{entity_type}/{name}/",
                  "/mem0/v1/batch/"):  # fmt: skip
         assert path in paths, path
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "feature"),
+    [
+        ("POST", "/v1/exports/", "memory exports"),
+        ("POST", "/v1/exports/get/", "memory exports"),
+        ("POST", "/v1/summary/", "summaries"),
+        ("POST", "/v1/feedback/", "feedback"),
+        ("GET", "/v2/entities/user/alice/profile/", "profiles"),
+        ("POST", "/v2/profiles/settings/", "profiles"),
+        ("GET", "/api/v1/orgs/organizations/o/projects/p/", "project settings"),
+        ("DELETE", "/api/v1/webhooks/7/", "webhooks"),
+    ],
+)
+async def test_what_mem0_offers_and_keepmem_does_not_is_a_501_naming_it(
+    client: httpx.AsyncClient, tenant: Tenant, method: str, path: str, feature: str
+) -> None:
+    """mem0's client shows ``detail``: the feature, and keepmem's nearest
+    route where there is one. A bad key is still a 401, and deleting a user
+    (the same path family as profiles) still reaches its own route."""
+    r = await client.request(method, f"/mem0{path}", json={}, headers=_token(tenant))
+    assert r.status_code == 501 and r.json()["code"] == "not_offered", r.text
+    assert feature in r.json()["detail"] and r.json()["detail"] == r.json()["error"]
+    r = await client.request(method, f"/mem0{path}", json={}, headers={"Authorization": "Token x"})
+    assert r.status_code == 401, r.text
+    r = await client.delete("/mem0/v2/entities/user/nobody/", headers=_token(tenant))
+    assert r.status_code == 404 and r.json()["code"] == "entity_not_found", r.text

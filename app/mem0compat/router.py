@@ -18,7 +18,7 @@ from fastapi import Depends, Path, Query, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
 
 from app.deps import LimitsDep, ProjectHeader, SessionDep, SettingsDep, current_scope
-from app.errors import MethodNotAllowed, MissingScope
+from app.errors import MethodNotAllowed, MissingScope, NotOffered
 from app.mem0compat import entities, service
 from app.mem0compat.schemas import (
     AddIn,
@@ -252,3 +252,44 @@ async def batch_delete(body: BatchDeleteIn, scope: Write, session: SessionDep) -
     """Delete up to 1,000 memories, all or none."""
     n = await service.batch_delete(session, scope, items=body.memories)
     return Mem0MessageOut(message=f"Successfully deleted {n} memories")
+
+
+# -- what mem0's client can call that keepmem does not offer: a 501 that says so ------
+
+# mem0's path, the methods its client uses, the feature, and keepmem's nearest
+# equivalent (outside /mem0) where there is one.
+NOT_OFFERED: list[tuple[str, list[str], str, str]] = [
+    ("/v1/exports/", ["POST"], "memory exports", "GET /v1/export streams a project as NDJSON"),
+    ("/v1/exports/get/", ["POST"], "memory exports", "GET /v1/export streams a project as NDJSON"),
+    ("/v1/summary/", ["POST"], "memory summaries", ""),
+    ("/v1/feedback/", ["POST"], "feedback on memories", ""),
+    ("/v2/entities/{kind}/{name}/profile/", ["GET", "POST"], "user profiles", ""),
+    ("/v2/profiles/{rest:path}", ["GET", "POST"], "user profiles", ""),
+    (
+        "/api/v1/orgs/{rest:path}",
+        ["GET", "PATCH", "PUT"],
+        "project settings (instructions, categories)",
+        "GET and PATCH /v1/settings hold a project's settings",
+    ),
+    (
+        "/api/v1/webhooks/{rest:path}",
+        ["GET", "POST", "PUT", "DELETE"],
+        "mem0's webhooks",
+        "/v1/webhooks registers keepmem's webhooks",
+    ),
+]
+
+
+def _not_offered(feature: str, instead: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    async def refuse(scope: Read) -> None:
+        message = f"keepmem's mem0 API does not offer {feature}"
+        message += f" ({instead})" if instead else ""
+        raise NotOffered(message, detail=message)
+
+    return refuse
+
+
+for _path, _methods, _feature, _instead in NOT_OFFERED:
+    router.add_api_route(
+        _path, _not_offered(_feature, _instead), methods=_methods, include_in_schema=False
+    )
