@@ -87,7 +87,7 @@ def start(
         except queue.Empty:
             break
         if line is None:
-            proc.wait()
+            proc.wait(timeout=60)
             raise AssertionError(f"keepmem up exited: {log.read_text()[-3000:]}")
         if m := re.match(r"export (KEEPMEM_\w+)=(\S+)$", line.strip()):
             exports[m.group(1)] = m.group(2)
