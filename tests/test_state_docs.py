@@ -236,11 +236,13 @@ async def test_prompts_fill_from_their_flow(client, stocked) -> None:
 async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(fresh_database, settings) -> None:
     """``keepmem migrate`` / ``keepmem up`` write keep's docs a project lacks
     (a project made by an older keepmem) and leave the ones it edited. On a
-    database of its own: the upgrade walks every tenant's projects."""
+    database of its own: the upgrade looks at every tenant's projects."""
     import httpx
 
     from app.db import Database
     from app.main import create_app
+    from app.notes import service as notes
+    from app.tenants import service as projects
     from tests.conftest import SECRET, Tenant
 
     local = settings.model_copy(update={"database_url": fresh_database.app_url})
@@ -248,6 +250,7 @@ async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(fresh_database
     try:
         async with tenancy.system_transaction(db) as session:
             made = await accounts.create_tenant(session, name="upgraded", server_secret=SECRET)
+            await accounts.create_tenant(session, name="up-to-date", server_secret=SECRET)
         tenant = Tenant(id=made.tenant.id, name="upgraded", key=made.key.secret)
         h = tenant.headers
         app = create_app(local, db=db)
@@ -260,8 +263,11 @@ async def test_an_upgrade_adds_missing_docs_and_keeps_edited_ones(fresh_database
             assert r.status_code == 200, r.text
             await _put(client, tenant, ".meta/todo", "match: all\nrules: []")
             async with tenancy.system_transaction(db) as session:
+                # only the project that lacks a doc is visited, not every project
+                lacking = await projects.projects_lacking(session, notes.system_doc_ids())
+                assert [p.tenant_id for p in lacking] == [tenant.id]
                 written = await accounts.seed_every_project(session)
-            assert written >= 1
+            assert written == 1  # the deleted doc
             back = await client.get("/v1/notes/.state%2Ffind-deep", headers=h)
             assert back.status_code == 200 and "traverse" in back.json()["summary"]
             todo = await client.get("/v1/notes/.meta%2Ftodo", headers=h)

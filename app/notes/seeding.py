@@ -15,6 +15,11 @@ from app.settings import Limits
 from app.tenancy import Scope
 
 
+def system_doc_ids() -> list[str]:
+    """The ids of keep's bundled schema docs."""
+    return [doc.id for doc in bundled()]
+
+
 async def seed_system_docs(session: AsyncSession, scope: Scope, *, backfill: bool = False) -> int:
     """Write keep's bundled schema docs into a project, in one statement; a
     doc the project already has is left as the project made it. Returns how

@@ -28,7 +28,7 @@ from app.notes.reading import (
     parts,
     sharing,
 )
-from app.notes.seeding import seed_system_docs
+from app.notes.seeding import seed_system_docs, system_doc_ids
 from app.notes.stubs import stub
 from app.notes.tag_policy import rules as tag_rules
 from app.notes.tagging import tag
@@ -62,6 +62,7 @@ __all__ = [
     "seed_system_docs",
     "sharing",
     "stub",
+    "system_doc_ids",
     "tag",
     "tag_rules",
     "valid_id",

@@ -73,6 +73,24 @@ async def list_projects(
     return (await session.execute(query.order_by(Project.slug).limit(limit))).scalars().all()
 
 
+async def projects_lacking(session: AsyncSession, note_ids: Sequence[str]) -> Sequence[Project]:
+    """Every tenant's projects that lack a note with one of ``note_ids``
+    (keep's schema docs, when a newer keepmem ships more): one statement,
+    however many projects already hold them all. System transactions only."""
+    held = (
+        select(func.count())
+        .select_from(Note)
+        .where(
+            Note.tenant_id == Project.tenant_id,
+            Note.project_id == Project.id,
+            Note.id.in_(sorted(set(note_ids))),
+        )
+        .scalar_subquery()
+    )
+    query = select(Project).where(held < len(set(note_ids)))
+    return (await session.execute(query.order_by(Project.tenant_id, Project.slug))).scalars().all()
+
+
 async def insert_project(session: AsyncSession, tenant: TenantScope, slug: str) -> Project | None:
     """Insert a project; None if a concurrent request created it first."""
     project_id = await session.scalar(

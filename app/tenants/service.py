@@ -78,6 +78,11 @@ async def list_projects(session: AsyncSession, tenant: TenantScope) -> Sequence[
     return await repo.list_projects(session, tenant, limit=MAX_LISTED_PROJECTS)
 
 
+async def projects_lacking(session: AsyncSession, note_ids: Sequence[str]) -> Sequence[Project]:
+    """Every tenant's projects without a note of one of ``note_ids``."""
+    return await repo.projects_lacking(session, note_ids) if note_ids else []
+
+
 async def slug_of(session: AsyncSession, tenant: TenantScope, *, project_id: uuid.UUID) -> str:
     slug = await repo.project_slug(session, tenant, project_id)
     if slug is None:
