@@ -383,57 +383,40 @@ def test_client_credentials_token_on_the_rest_api(live_url, tenant, other_tenant
 
 
 def test_expired_and_forged_tokens_get_401(settings, tenant, monkeypatch) -> None:
-    import threading
-
-    import uvicorn
-
-    from app.cli.embedded import free_port
     from app.main import create_app
     from app.oauth import tokens
+    from tests.conftest import serving
 
     short = settings.model_copy(update={"oauth_access_token_seconds": 1})
     # no clock-skew allowance here (30 s in service), so the expiry shows in 2 s
     monkeypatch.setattr(tokens, "LEEWAY_S", 0)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(short), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(timeout=30) as http:
-            svc = _service_account(http, base, tenant, scopes=["read"])
-            token = http.post(
-                f"{base}/oauth/token",
-                data={"grant_type": "client_credentials"},
-                auth=(svc["client_id"], svc["client_secret"]),
-            ).json()["access_token"]
-            auth = {"Authorization": f"Bearer {token}"}
-            assert http.get(f"{base}/v1/notes", headers=auth).status_code == 200
-            # a token whose claims were changed no longer verifies
-            head, claims, sig = token.split(".")
-            decoded = json.loads(base64.urlsafe_b64decode(claims + "=="))
-            decoded["scope"] = "read write admin"
-            forged_claims = base64.urlsafe_b64encode(json.dumps(decoded).encode()).rstrip(b"=")
-            forged = f"{head}.{forged_claims.decode()}.{sig}"
-            r = http.get(f"{base}/v1/notes", headers={"Authorization": f"Bearer {forged}"})
-            assert r.status_code == 401
-            # an unsigned token ("alg": "none") is refused
-            none_head = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=")
-            r = http.get(
-                f"{base}/v1/notes",
-                headers={"Authorization": f"Bearer {none_head.decode()}.{claims}."},
-            )
-            assert r.status_code == 401
-            time.sleep(2.1)  # past the expiry (whole seconds)
-            r = http.get(f"{base}/v1/notes", headers=auth)
-            assert r.status_code == 401 and "expired" in r.json()["error"]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serving(create_app(short)) as base, httpx.Client(timeout=30) as http:
+        svc = _service_account(http, base, tenant, scopes=["read"])
+        token = http.post(
+            f"{base}/oauth/token",
+            data={"grant_type": "client_credentials"},
+            auth=(svc["client_id"], svc["client_secret"]),
+        ).json()["access_token"]
+        auth = {"Authorization": f"Bearer {token}"}
+        assert http.get(f"{base}/v1/notes", headers=auth).status_code == 200
+        # a token whose claims were changed no longer verifies
+        head, claims, sig = token.split(".")
+        decoded = json.loads(base64.urlsafe_b64decode(claims + "=="))
+        decoded["scope"] = "read write admin"
+        forged_claims = base64.urlsafe_b64encode(json.dumps(decoded).encode()).rstrip(b"=")
+        forged = f"{head}.{forged_claims.decode()}.{sig}"
+        r = http.get(f"{base}/v1/notes", headers={"Authorization": f"Bearer {forged}"})
+        assert r.status_code == 401
+        # an unsigned token ("alg": "none") is refused
+        none_head = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=")
+        r = http.get(
+            f"{base}/v1/notes",
+            headers={"Authorization": f"Bearer {none_head.decode()}.{claims}."},
+        )
+        assert r.status_code == 401
+        time.sleep(2.1)  # past the expiry (whole seconds)
+        r = http.get(f"{base}/v1/notes", headers=auth)
+        assert r.status_code == 401 and "expired" in r.json()["error"]
 
 
 async def test_discovery_documents(client) -> None:

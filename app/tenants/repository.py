@@ -77,17 +77,18 @@ async def projects_lacking(session: AsyncSession, note_ids: Sequence[str]) -> Se
     """Every tenant's projects that lack a note with one of ``note_ids``
     (keep's schema docs, when a newer keepmem ships more): one statement,
     however many projects already hold them all. System transactions only."""
+    wanted = sorted(set(note_ids))
     held = (
         select(func.count())
         .select_from(Note)
         .where(
             Note.tenant_id == Project.tenant_id,
             Note.project_id == Project.id,
-            Note.id.in_(sorted(set(note_ids))),
+            Note.id.in_(wanted),
         )
         .scalar_subquery()
     )
-    query = select(Project).where(held < len(set(note_ids)))
+    query = select(Project).where(held < len(wanted))
     return (await session.execute(query.order_by(Project.tenant_id, Project.slug))).scalars().all()
 
 
